@@ -1,0 +1,1 @@
+"""Coordinators: one elected leader assigns partitions to workers and fences handoffs."""

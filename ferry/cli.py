@@ -1,0 +1,93 @@
+"""The ``ferry`` console script (CONTRACT section 1). Each command imports its service lazily,
+so ``ferry portal`` never loads the worker and ``ferry worker`` never loads SQLAlchemy."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from ferry import config
+from ferry.errors import FerryError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="ferry", description="Kafka consumer proxy cluster.")
+    p.add_argument("--config", help="ferry.toml with settings (environment variables win)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    dev = sub.add_parser("dev", help="start the whole embedded stack on this machine")
+    dev.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
+    dev.add_argument("--portal-port", type=int, default=8080, help="portal port (0 = free port; default 8080)")
+    dev.add_argument("--kafka-port", type=int, default=9092, help="broker port (0 = free port; default 9092)")
+    dev.add_argument("--zk-port", type=int, default=2181, help="ZooKeeper port (0 = free port; default 2181)")
+    dev.add_argument("--data-dir", default=".ferry-dev", help="state, logs and database (default ./.ferry-dev)")
+    dev.add_argument(
+        "--demo", action="store_true", help="also run a demo topic, producer, echo endpoint and subscription"
+    )
+
+    sub.add_parser("coordinator", help="run a coordinator (one leader is elected among all)")
+    worker = sub.add_parser("worker", help="run a worker")
+    worker.add_argument(
+        "--assignment",
+        help="JSON file with a static assignment (subscriptions and partitions) instead of ZooKeeper",
+    )
+    sub.add_parser("portal", help="run the portal: REST API and web UI")
+    sub.add_parser("migrate", help="apply database migrations to FERRY_DB_URL (idempotent)")
+
+    replay = sub.add_parser("replay", help="Spark offset replay: timelines, handoffs, report")
+    replay.add_argument("--out", required=True, help="output directory")
+    replay.add_argument("--subscription", help="only this subscription")
+    replay.add_argument("--since", help="only records at or after this time (ISO 8601 or epoch ms)")
+    replay.add_argument("--until", help="only records before this time (ISO 8601 or epoch ms)")
+
+    sub.add_parser("config", help="print the effective settings, secrets masked")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = config.load(args.config)
+        from ferry import log
+
+        log.setup(settings.log.level, settings.log.format)
+        if args.command == "config":
+            print(json.dumps(config.describe(settings), indent=2))
+            return 0
+        if args.command == "dev":
+            from ferry import dev
+
+            return dev.main(settings, args)
+        if args.command == "worker":
+            from worker import service as worker_service
+
+            return worker_service.main(settings, assignment_file=args.assignment)
+        if args.command == "coordinator":
+            from coordinator import service as coordinator_service
+
+            return coordinator_service.main(settings)
+        if args.command == "portal":
+            from portal import service as portal_service
+
+            return portal_service.main(settings)
+        if args.command == "migrate":
+            from migrations import runner
+
+            runner.upgrade(settings.database.url)
+            return 0
+        if args.command == "replay":
+            from replay import job
+
+            return job.main(settings, out=args.out, subscription=args.subscription, since=args.since, until=args.until)
+    except FerryError as exc:
+        print(f"ferry {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

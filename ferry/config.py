@@ -1,0 +1,280 @@
+"""Settings: one frozen dataclass tree, loaded from ``ferry.toml`` and the environment (env wins).
+
+Every setting has one entry in :data:`SETTINGS` naming its environment variable, its place in
+the tree, its type and its default. ``docs/operations.md`` lists them all; ``ferry config``
+prints the effective values with secrets masked.
+
+A ``ferry.toml`` may use either the environment name (``FERRY_ZK_CONNECT = "..."``) or the
+lower-case name without the prefix (``zk_connect = "..."``), at top level.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ferry.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ZooKeeperSettings:
+    connect: str = "127.0.0.1:2181"
+    """ZooKeeper connect string (``host:port[,host:port...]``)."""
+    session_timeout_ms: int = 10_000
+    """A worker silent for this long loses its session and, with it, its partitions."""
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    bootstrap: str = "127.0.0.1:9092"
+    """Kafka bootstrap servers."""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """Extra librdkafka settings (security, SASL, TLS) applied to every client."""
+    offsets_topic: str = "__ferry_offsets"
+    """The log-compacted topic holding each partition's merged offset state."""
+    fetch_wait_max_ms: int = 10
+    """How long the broker may hold a fetch for data; it bounds idle delivery latency."""
+
+    def client_config(self, **overrides: Any) -> dict[str, Any]:
+        """librdkafka configuration for one client: bootstrap, extra settings, then overrides."""
+        return {"bootstrap.servers": self.bootstrap, **self.config, **overrides}
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    url: str = "sqlite:///ferry.db"
+    """SQLAlchemy URL of the metadata database."""
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    id: str = ""
+    """A worker's stable id; empty means hostname + pid."""
+    metrics_port: int = 9101
+    """Port of the worker's ``/metrics`` and ``/healthz`` (0 picks a free one)."""
+    drain_timeout_ms: int = 10_000
+    """On release, how long in-flight deliveries may finish before they are abandoned."""
+    offset_flush_interval_ms: int = 500
+    """How often each partition's offset state is written to the offsets topic."""
+    prefetch_records: int = 2_000
+    """Records fetched ahead per partition before the partition's fetch is paused."""
+    prefetch_bytes: int = 16 * 1024 * 1024
+    """Bytes fetched ahead per partition before the partition's fetch is paused."""
+
+    def resolved_id(self) -> str:
+        return self.id or f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    metrics_port: int = 9102
+    """Port of the coordinator's ``/metrics`` and ``/healthz`` (0 picks a free one)."""
+    subscription_poll_ms: int = 5_000
+    """Fallback poll of the metadata database; changes made in the portal arrive at once."""
+    topic_poll_ms: int = 10_000
+    """How often partition counts of subscribed topics are re-read (new partitions)."""
+
+
+@dataclass(frozen=True)
+class PortalSettings:
+    host: str = "127.0.0.1"
+    """Address the portal listens on."""
+    port: int = 8080
+    """Port of the portal (REST API, UI, ``/metrics``, ``/healthz``)."""
+    admin_token: str = ""
+    """Bootstrap admin API token; the portal refuses to start without one."""
+    endpoint_allow: tuple[str, ...] = ()
+    """CIDRs or host patterns push endpoints may target; empty = any but link-local/metadata."""
+    max_body_bytes: int = 1024 * 1024
+    """Largest request body the API accepts."""
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    level: str = "INFO"
+    format: str = "json"
+    """``json`` (one object per line) or ``text`` (``key=value``)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    cluster: str = "default"
+    """Cluster name; every znode lives under ``/ferry/<cluster>``."""
+    zookeeper: ZooKeeperSettings = field(default_factory=ZooKeeperSettings)
+    kafka: KafkaSettings = field(default_factory=KafkaSettings)
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
+    coordinator: CoordinatorSettings = field(default_factory=CoordinatorSettings)
+    portal: PortalSettings = field(default_factory=PortalSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+
+
+def _int(name: str, raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ConfigError(name, f"expected an integer, got {raw!r}")
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(name, f"expected an integer, got {raw!r}") from None
+
+
+def _json_object(name: str, raw: Any) -> dict[str, Any]:
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(name, f"expected a JSON object of librdkafka settings: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(name, "expected a JSON object of librdkafka settings")
+    return value
+
+
+def _csv(name: str, raw: Any) -> tuple[str, ...]:
+    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+    return tuple(str(i).strip() for i in items if str(i).strip())
+
+
+def _str(name: str, raw: Any) -> str:
+    return str(raw)
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str
+    path: str
+    parse: Callable[[str, Any], Any]
+    secret: bool = False
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("FERRY_CLUSTER", "cluster", _str),
+    Setting("FERRY_ZK_CONNECT", "zookeeper.connect", _str),
+    Setting("FERRY_ZK_SESSION_TIMEOUT_MS", "zookeeper.session_timeout_ms", _int),
+    Setting("FERRY_KAFKA_BOOTSTRAP", "kafka.bootstrap", _str),
+    Setting("FERRY_KAFKA_CONFIG", "kafka.config", _json_object, secret=True),
+    Setting("FERRY_OFFSETS_TOPIC", "kafka.offsets_topic", _str),
+    Setting("FERRY_FETCH_WAIT_MAX_MS", "kafka.fetch_wait_max_ms", _int),
+    Setting("FERRY_DB_URL", "database.url", _str, secret=True),
+    Setting("FERRY_WORKER_ID", "worker.id", _str),
+    Setting("FERRY_WORKER_METRICS_PORT", "worker.metrics_port", _int),
+    Setting("FERRY_DRAIN_TIMEOUT_MS", "worker.drain_timeout_ms", _int),
+    Setting("FERRY_OFFSET_FLUSH_INTERVAL_MS", "worker.offset_flush_interval_ms", _int),
+    Setting("FERRY_PREFETCH_RECORDS", "worker.prefetch_records", _int),
+    Setting("FERRY_PREFETCH_BYTES", "worker.prefetch_bytes", _int),
+    Setting("FERRY_COORDINATOR_METRICS_PORT", "coordinator.metrics_port", _int),
+    Setting("FERRY_SUBSCRIPTION_POLL_MS", "coordinator.subscription_poll_ms", _int),
+    Setting("FERRY_TOPIC_POLL_MS", "coordinator.topic_poll_ms", _int),
+    Setting("FERRY_PORTAL_HOST", "portal.host", _str),
+    Setting("FERRY_PORTAL_PORT", "portal.port", _int),
+    Setting("FERRY_ADMIN_TOKEN", "portal.admin_token", _str, secret=True),
+    Setting("FERRY_ENDPOINT_ALLOW", "portal.endpoint_allow", _csv),
+    Setting("FERRY_MAX_BODY_BYTES", "portal.max_body_bytes", _int),
+    Setting("FERRY_LOG_LEVEL", "log.level", _str),
+    Setting("FERRY_LOG_FORMAT", "log.format", _str),
+)
+_BY_ENV = {s.env: s for s in SETTINGS}
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError("--config", f"file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from None
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        env = key if key.startswith("FERRY_") else "FERRY_" + key.upper()
+        if env not in _BY_ENV:
+            known = ", ".join(sorted(s.env.removeprefix("FERRY_").lower() for s in SETTINGS))
+            raise ConfigError(key, f"unknown setting in {path}; known settings: {known}")
+        out[env] = value
+    return out
+
+
+def _validate(s: Settings) -> None:
+    def positive(name: str, value: int) -> None:
+        if value <= 0:
+            raise ConfigError(name, f"must be > 0, got {value}")
+
+    def port(name: str, value: int) -> None:
+        if not 0 <= value <= 65535:
+            raise ConfigError(name, f"must be a port number 0-65535, got {value}")
+
+    positive("FERRY_ZK_SESSION_TIMEOUT_MS", s.zookeeper.session_timeout_ms)
+    positive("FERRY_DRAIN_TIMEOUT_MS", s.worker.drain_timeout_ms)
+    positive("FERRY_OFFSET_FLUSH_INTERVAL_MS", s.worker.offset_flush_interval_ms)
+    positive("FERRY_PREFETCH_RECORDS", s.worker.prefetch_records)
+    positive("FERRY_PREFETCH_BYTES", s.worker.prefetch_bytes)
+    positive("FERRY_SUBSCRIPTION_POLL_MS", s.coordinator.subscription_poll_ms)
+    positive("FERRY_TOPIC_POLL_MS", s.coordinator.topic_poll_ms)
+    positive("FERRY_MAX_BODY_BYTES", s.portal.max_body_bytes)
+    if s.kafka.fetch_wait_max_ms < 0:
+        raise ConfigError("FERRY_FETCH_WAIT_MAX_MS", "must be >= 0")
+    for name, value in (
+        ("FERRY_WORKER_METRICS_PORT", s.worker.metrics_port),
+        ("FERRY_COORDINATOR_METRICS_PORT", s.coordinator.metrics_port),
+        ("FERRY_PORTAL_PORT", s.portal.port),
+    ):
+        port(name, value)
+    if not s.cluster or "/" in s.cluster:
+        raise ConfigError("FERRY_CLUSTER", f"must be a non-empty name without '/', got {s.cluster!r}")
+    if not s.zookeeper.connect:
+        raise ConfigError("FERRY_ZK_CONNECT", "must not be empty")
+    if not s.kafka.bootstrap:
+        raise ConfigError("FERRY_KAFKA_BOOTSTRAP", "must not be empty")
+    if s.log.format not in ("json", "text"):
+        raise ConfigError("FERRY_LOG_FORMAT", f"must be 'json' or 'text', got {s.log.format!r}")
+    if s.log.level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise ConfigError("FERRY_LOG_LEVEL", f"must be DEBUG, INFO, WARNING or ERROR, got {s.log.level!r}")
+
+
+def _set(tree: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    node = tree
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = value
+
+
+def load(config_file: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Effective settings: defaults, then ``config_file``, then the environment."""
+    env = os.environ if env is None else env
+    raw: dict[str, Any] = _read_toml(Path(config_file)) if config_file else {}
+    raw.update({k: v for k, v in env.items() if k in _BY_ENV})
+    tree: dict[str, Any] = {}
+    for name, value in raw.items():
+        setting = _BY_ENV[name]
+        _set(tree, setting.path, setting.parse(name, value))
+    base = Settings()
+    sections: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        current = getattr(base, f.name)
+        if dataclasses.is_dataclass(current):
+            sections[f.name] = dataclasses.replace(current, **tree.get(f.name, {}))  # type: ignore[type-var]
+    top = {k: v for k, v in tree.items() if not isinstance(v, dict)}
+    settings = dataclasses.replace(base, **sections, **top)
+    _validate(settings)
+    return settings
+
+
+def describe(settings: Settings) -> dict[str, Any]:
+    """Every setting by environment name, secrets masked: safe to log or print."""
+    out: dict[str, Any] = {}
+    for s in SETTINGS:
+        value: Any = settings
+        for part in s.path.split("."):
+            value = getattr(value, part)
+        if s.secret and value:
+            value = "***"
+        out[s.env] = value
+    return out

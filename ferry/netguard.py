@@ -1,0 +1,111 @@
+"""Which addresses a push endpoint may target (SSRF guard), checked at registration and at push time.
+
+Refused always: link-local (169.254.0.0/16, fe80::/10, which holds most cloud metadata services),
+known metadata addresses (AWS/GCP/Azure 169.254.169.254, AWS IPv6 fd00:ec2::254, Alibaba
+100.100.100.200, metadata.google.internal), and the unspecified/multicast/reserved ranges.
+When ``FERRY_ENDPOINT_ALLOW`` is set, a target must also match one of its entries: a CIDR
+(``10.0.0.0/8``, ``127.0.0.1/32``) matched against every resolved address, or a host pattern
+(``*.svc.cluster.local``, ``billing``) matched against the URL's host name.
+
+The push path resolves the host itself and checks every address it got; the connection then
+goes to a checked address, so a DNS answer changed between check and connect cannot be used
+to reach a refused one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import socket
+from collections.abc import Iterable, Sequence
+from urllib.parse import urlsplit
+
+from ferry.errors import EndpointRefused
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata.goog", "metadata"})
+METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a) for a in ("169.254.169.254", "fd00:ec2::254", "100.100.100.200", "169.254.170.2")
+)
+
+
+def _unmapped(ip: IPAddress) -> IPAddress:
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def address_refusal(ip: IPAddress) -> str | None:
+    """Why this address is never a valid push target, or None."""
+    ip = _unmapped(ip)
+    if ip in METADATA_ADDRESSES:
+        return "a cloud metadata address"
+    if ip.is_link_local:
+        return "a link-local address"
+    if ip.is_unspecified or ip.is_multicast:
+        return "an unspecified or multicast address"
+    if isinstance(ip, ipaddress.IPv4Address) and ip.is_reserved:
+        return "a reserved address"
+    return None
+
+
+class EndpointPolicy:
+    """The allow-list plus the always-refused ranges; pure apart from :meth:`resolve`."""
+
+    def __init__(self, allow: Sequence[str] = ()) -> None:
+        self.networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+        self.patterns: list[str] = []
+        for entry in allow:
+            entry = entry.strip()
+            if not entry:
+                continue
+            try:
+                self.networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                self.patterns.append(entry.lower())
+
+    @property
+    def restricted(self) -> bool:
+        return bool(self.networks or self.patterns)
+
+    def check_addresses(self, url: str, host: str, addresses: Iterable[IPAddress]) -> None:
+        """Raise :class:`EndpointRefused` unless every address may be targeted."""
+        host = host.lower().rstrip(".")
+        if host in METADATA_HOSTS:
+            raise EndpointRefused(f"endpoint {url} targets a cloud metadata host")
+        host_allowed = any(fnmatch.fnmatchcase(host, p) for p in self.patterns)
+        addresses = list(addresses)
+        if not addresses:
+            raise EndpointRefused(f"endpoint host {host!r} did not resolve to any address")
+        for ip in addresses:
+            reason = address_refusal(ip)
+            if reason:
+                raise EndpointRefused(f"endpoint {url} resolves to {ip}, {reason}; choose another endpoint")
+            if self.restricted and not host_allowed and not any(_unmapped(ip) in n for n in self.networks):
+                raise EndpointRefused(
+                    f"endpoint {url} ({ip}) is outside FERRY_ENDPOINT_ALLOW; add its network or host there"
+                )
+
+    def check_url(self, url: str) -> list[IPAddress]:
+        """Resolve the URL's host and check it; returns the checked addresses."""
+        host = urlsplit(url).hostname or ""
+        addresses = resolve(host)
+        self.check_addresses(url, host, addresses)
+        return addresses
+
+
+def resolve(host: str) -> list[IPAddress]:
+    try:
+        return [ipaddress.ip_address(host.strip("[]"))]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except socket.gaierror as exc:
+        raise EndpointRefused(f"endpoint host {host!r} does not resolve: {exc.strerror}") from None
+    seen: dict[str, IPAddress] = {}
+    for info in infos:
+        addr = str(info[4][0]).split("%", 1)[0]
+        seen.setdefault(addr, ipaddress.ip_address(addr))
+    return list(seen.values())

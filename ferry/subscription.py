@@ -1,0 +1,241 @@
+"""The subscription document (CONTRACT section 3): parsing, validation, defaults, masking.
+
+One parser serves the portal (request validation), the coordinator (what it publishes to
+ZooKeeper) and the worker (what it pushes by), so the three can never disagree on a field.
+``parse`` raises :class:`ferry.errors.ValidationError` whose ``field`` is the dotted path of the
+first bad field, e.g. ``endpoint.url``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, NamedTuple
+from urllib.parse import urlsplit
+
+from ferry.errors import ValidationError
+
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+# Kafka's own rule for topic names.
+TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+HEADER_NAME_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-zA-Z]+")
+ORDERINGS = ("key", "partition", "none")
+STATES = ("active", "paused")
+STARTS = ("earliest", "latest")
+MASK = "***"
+# Headers Ferry sets itself; an endpoint header may not override them.
+RESERVED_HEADERS = frozenset({"content-type", "content-length", "host", "transfer-encoding", "connection"})
+
+Ordering = Literal["key", "partition", "none"]
+
+
+class PartitionRef(NamedTuple):
+    """One unit of assignment: a partition of a topic, as consumed by one subscription."""
+
+    subscription: str
+    topic: str
+    partition: int
+
+    def key(self) -> str:
+        """The offsets-topic key (CONTRACT section 5)."""
+        return f"{self.subscription}/{self.topic}/{self.partition}"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    url: str
+    timeout_ms: int = 5000
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RetryPolicySpec:
+    max_attempts: int = 5
+    initial_backoff_ms: int = 200
+    max_backoff_ms: int = 30_000
+
+
+@dataclass(frozen=True)
+class Subscription:
+    name: str
+    topics: tuple[str, ...]
+    endpoint: Endpoint
+    ordering: Ordering = "key"
+    max_in_flight: int = 100
+    retry: RetryPolicySpec = field(default_factory=RetryPolicySpec)
+    dead_letter_topic: str = ""
+    start_from: str = "earliest"
+    state: str = "active"
+
+    @property
+    def retry_topic(self) -> str:
+        """Where redriven dead letters go; consumed by this subscription only."""
+        return f"{self.name}.retry"
+
+    @property
+    def group_id(self) -> str:
+        """Kafka group under which the watermark is committed for lag tools."""
+        return f"ferry.{self.name}"
+
+    def to_doc(self, *, mask_secrets: bool = True) -> dict[str, Any]:
+        headers = {k: (MASK if mask_secrets else v) for k, v in self.endpoint.headers.items()}
+        return {
+            "name": self.name,
+            "topics": list(self.topics),
+            "endpoint": {"url": self.endpoint.url, "timeout_ms": self.endpoint.timeout_ms, "headers": headers},
+            "ordering": self.ordering,
+            "max_in_flight": self.max_in_flight,
+            "retry": {
+                "max_attempts": self.retry.max_attempts,
+                "initial_backoff_ms": self.retry.initial_backoff_ms,
+                "max_backoff_ms": self.retry.max_backoff_ms,
+            },
+            "dead_letter_topic": self.dead_letter_topic,
+            "start_from": self.start_from,
+            "state": self.state,
+        }
+
+    def with_state(self, state: str) -> Subscription:
+        return replace(self, state=state)
+
+
+_TOP_FIELDS = frozenset(
+    {"name", "topics", "endpoint", "ordering", "max_in_flight", "retry", "dead_letter_topic", "start_from", "state"}
+)
+
+
+def _obj(doc: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(doc, Mapping):
+        raise ValidationError(path or "body", "must be a JSON object")
+    return doc
+
+
+def _no_extra(doc: Mapping[str, Any], allowed: frozenset[str], prefix: str) -> None:
+    for key in doc:
+        if key not in allowed:
+            raise ValidationError(f"{prefix}{key}", f"unknown field; allowed: {', '.join(sorted(allowed))}")
+
+
+def _int_in(doc: Mapping[str, Any], key: str, path: str, default: int, lo: int, hi: int) -> int:
+    value = doc.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValidationError(path, f"must be an integer between {lo} and {hi}")
+    if not lo <= value <= hi:
+        raise ValidationError(path, f"must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _choice(doc: Mapping[str, Any], key: str, default: str, choices: tuple[str, ...]) -> str:
+    value = doc.get(key, default)
+    if value not in choices:
+        raise ValidationError(key, f"must be one of {', '.join(choices)}, got {value!r}")
+    return str(value)
+
+
+def _topic(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not TOPIC_RE.fullmatch(value) or value in (".", ".."):
+        raise ValidationError(path, "must be a Kafka topic name: 1-249 of [a-zA-Z0-9._-], not '.' or '..'")
+    return value
+
+
+def _url(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValidationError("endpoint.url", "is required: the http(s) URL records are pushed to")
+    if len(value) > 2048:
+        raise ValidationError("endpoint.url", "must be at most 2048 characters")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        raise ValidationError("endpoint.url", "must use http or https")
+    if not parts.hostname:
+        raise ValidationError("endpoint.url", "must name a host")
+    if parts.username or parts.password:
+        raise ValidationError("endpoint.url", "must not carry credentials; use endpoint.headers instead")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ValidationError("endpoint.url", "has an invalid port") from None
+    return value
+
+
+def _headers(value: Any, previous: Mapping[str, str] | None) -> dict[str, str]:
+    value = {} if value is None else value
+    if not isinstance(value, Mapping):
+        raise ValidationError("endpoint.headers", "must be an object of header name to value")
+    if len(value) > 32:
+        raise ValidationError("endpoint.headers", "at most 32 headers")
+    out: dict[str, str] = {}
+    for name, val in value.items():
+        path = f"endpoint.headers.{name}"
+        if not HEADER_NAME_RE.fullmatch(name) or name.lower().startswith("ce-"):
+            raise ValidationError(path, "must be a valid HTTP header name not starting with 'ce-'")
+        if name.lower() in RESERVED_HEADERS:
+            raise ValidationError(path, "is set by Ferry and cannot be overridden")
+        if not isinstance(val, str) or any(c in val for c in "\r\n\0") or len(val) > 8192:
+            raise ValidationError(path, "must be a string of at most 8192 characters without CR, LF or NUL")
+        if val == MASK:
+            # A masked value sent back unchanged (edit form) keeps the stored secret.
+            if previous is None or name not in previous:
+                raise ValidationError(path, f"'{MASK}' keeps an existing value, but none is stored")
+            val = previous[name]
+        out[name] = val
+    return out
+
+
+def parse(doc: Any, *, previous: Subscription | None = None) -> Subscription:
+    """Validate a subscription document and fill the defaults.
+
+    ``previous`` is the stored version when updating: a header value sent back as ``***``
+    keeps the stored secret.
+    """
+    doc = _obj(doc, "")
+    _no_extra(doc, _TOP_FIELDS, "")
+    name = doc.get("name")
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ValidationError("name", "is required and must match [a-z0-9][a-z0-9._-]{0,62}")
+    topics = doc.get("topics")
+    if not isinstance(topics, list) or not topics:
+        raise ValidationError("topics", "is required: a non-empty list of topic names")
+    if len(topics) > 100:
+        raise ValidationError("topics", "at most 100 topics")
+    parsed_topics = tuple(_topic(t, f"topics.{i}") for i, t in enumerate(topics))
+    if len(set(parsed_topics)) != len(parsed_topics):
+        raise ValidationError("topics", "lists a topic twice")
+
+    ep = _obj(doc.get("endpoint"), "endpoint")
+    _no_extra(ep, frozenset({"url", "timeout_ms", "headers"}), "endpoint.")
+    endpoint = Endpoint(
+        url=_url(ep.get("url")),
+        timeout_ms=_int_in(ep, "timeout_ms", "endpoint.timeout_ms", 5000, 100, 600_000),
+        headers=_headers(ep.get("headers"), previous.endpoint.headers if previous else None),
+    )
+    rt = _obj(doc.get("retry", {}), "retry")
+    _no_extra(rt, frozenset({"max_attempts", "initial_backoff_ms", "max_backoff_ms"}), "retry.")
+    retry = RetryPolicySpec(
+        max_attempts=_int_in(rt, "max_attempts", "retry.max_attempts", 5, 1, 1000),
+        initial_backoff_ms=_int_in(rt, "initial_backoff_ms", "retry.initial_backoff_ms", 200, 1, 3_600_000),
+        max_backoff_ms=_int_in(rt, "max_backoff_ms", "retry.max_backoff_ms", 30_000, 1, 86_400_000),
+    )
+    if retry.max_backoff_ms < retry.initial_backoff_ms:
+        raise ValidationError("retry.max_backoff_ms", "must be >= retry.initial_backoff_ms")
+
+    dlq = doc.get("dead_letter_topic", f"{name}.dlq")
+    dlq = _topic(dlq, "dead_letter_topic")
+    if dlq in parsed_topics:
+        raise ValidationError("dead_letter_topic", "must differ from the subscribed topics")
+    return Subscription(
+        name=name,
+        topics=parsed_topics,
+        endpoint=endpoint,
+        ordering=_choice(doc, "ordering", "key", ORDERINGS),  # type: ignore[arg-type]
+        max_in_flight=_int_in(doc, "max_in_flight", "max_in_flight", 100, 1, 10_000),
+        retry=retry,
+        dead_letter_topic=dlq,
+        start_from=_choice(doc, "start_from", "earliest", STARTS),
+        state=_choice(doc, "state", "active", STATES),
+    )
+
+
+def from_trusted(doc: Mapping[str, Any]) -> Subscription:
+    """Parse a document Ferry itself stored (ZooKeeper, database): unmasked, already valid."""
+    return parse(dict(doc))

@@ -1,0 +1,87 @@
+"""The ZooKeeper layout, in one place. Everything lives under ``/ferry/<cluster>``.
+
+/ferry/<cluster>/
+  election/                      kazoo Election of the coordinators (leader holds the lowest node)
+  leader                         ephemeral: {"id", "host", "since"} of the current leader
+  workers/<worker_id>            ephemeral: {"id", "host", "since", "metrics_url"}
+  assignments/<worker_id>        persistent, written by the leader:
+                                   {"generation": n, "partitions": [{"subscription", "topic", "partition"}]}
+  subscriptions/<name>           persistent, written by the leader: the subscription document
+                                   (header values included: workers need them; ZK ACLs protect them)
+  subscriptions-changed          persistent; the portal sets it after each change, the leader watches it
+  partitions/<sub>/<topic>/<p>/epoch   persistent: the ownership epoch, an integer, bumped with
+                                   compare-and-set (znode version) by whoever takes ownership
+  partitions/<sub>/<topic>/<p>/owner   ephemeral: {"worker", "epoch"} while a worker owns it
+  stats/<worker_id>              ephemeral: the worker's live per-partition figures, refreshed every ~2 s
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+ROOT = "/ferry"
+
+
+def _seg(value: str) -> str:
+    # Topic and subscription names cannot hold '/', but quote anyway so a path can never be forged.
+    return quote(value, safe="._-")
+
+
+def cluster(name: str) -> str:
+    return f"{ROOT}/{_seg(name)}"
+
+
+def election(c: str) -> str:
+    return f"{cluster(c)}/election"
+
+
+def leader(c: str) -> str:
+    return f"{cluster(c)}/leader"
+
+
+def workers(c: str) -> str:
+    return f"{cluster(c)}/workers"
+
+
+def worker(c: str, worker_id: str) -> str:
+    return f"{workers(c)}/{_seg(worker_id)}"
+
+
+def assignments(c: str) -> str:
+    return f"{cluster(c)}/assignments"
+
+
+def assignment(c: str, worker_id: str) -> str:
+    return f"{assignments(c)}/{_seg(worker_id)}"
+
+
+def subscriptions(c: str) -> str:
+    return f"{cluster(c)}/subscriptions"
+
+
+def subscription(c: str, name: str) -> str:
+    return f"{subscriptions(c)}/{_seg(name)}"
+
+
+def subscriptions_changed(c: str) -> str:
+    return f"{cluster(c)}/subscriptions-changed"
+
+
+def partition(c: str, sub: str, topic: str, p: int) -> str:
+    return f"{cluster(c)}/partitions/{_seg(sub)}/{_seg(topic)}/{int(p)}"
+
+
+def epoch(c: str, sub: str, topic: str, p: int) -> str:
+    return f"{partition(c, sub, topic, p)}/epoch"
+
+
+def owner(c: str, sub: str, topic: str, p: int) -> str:
+    return f"{partition(c, sub, topic, p)}/owner"
+
+
+def stats(c: str) -> str:
+    return f"{cluster(c)}/stats"
+
+
+def worker_stats(c: str, worker_id: str) -> str:
+    return f"{stats(c)}/{_seg(worker_id)}"

@@ -1,0 +1,1 @@
+"""Portal: REST API and web UI to register and run subscriptions."""

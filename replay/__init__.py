@@ -1,0 +1,1 @@
+"""Spark offset replay: rebuilds commit timelines from the offsets topic."""

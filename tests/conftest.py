@@ -1,0 +1,109 @@
+"""Session fixtures that start real services: ZooKeeper, the Tansu broker, a fresh MariaDB
+database, and HTTP endpoint recorders. Each waits for readiness with a deadline; when a test
+fails, the tails of the services' logs are attached to its report."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ferry import embedded
+from tests.support.endpoint import EndpointRecorder
+
+_SERVICES: list[embedded.ServiceProcess] = []
+
+MARIADB_ADMIN_URL = os.environ.get("FERRY_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    report = yield
+    if report.failed:
+        for svc in _SERVICES:
+            report.sections.append((f"{svc.name} log ({svc.log_path})", svc.log_tail(40)))
+    return report
+
+
+@pytest.fixture(scope="session")
+def services_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("services")
+
+
+@pytest.fixture(scope="session")
+def zookeeper(services_dir: Path) -> Iterator[embedded.ZooKeeperProcess]:
+    zk = embedded.zookeeper(services_dir / "zk")
+    zk.start()
+    _SERVICES.append(zk)
+    try:
+        zk.wait_ready(60)
+        yield zk
+    finally:
+        zk.stop()
+        _SERVICES.remove(zk)
+
+
+@pytest.fixture(scope="session")
+def zk_connect(zookeeper: embedded.ZooKeeperProcess) -> str:
+    return f"127.0.0.1:{zookeeper.port}"
+
+
+@pytest.fixture(scope="session")
+def kafka(services_dir: Path) -> Iterator[embedded.ServiceProcess]:
+    broker = embedded.kafka_broker(services_dir / "kafka")
+    broker.start()
+    _SERVICES.append(broker)
+    try:
+        broker.wait_ready(30)
+        yield broker
+    finally:
+        broker.stop()
+        _SERVICES.remove(broker)
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka: embedded.ServiceProcess) -> str:
+    return f"127.0.0.1:{kafka.port}"
+
+
+@pytest.fixture()
+def cluster_name() -> str:
+    """A fresh cluster name per test, so tests sharing one ZooKeeper never see each other."""
+    return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture()
+def topic_name() -> str:
+    return "topic-" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    """A fresh MariaDB database for this run, dropped afterwards."""
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(MARIADB_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"ferry_test_{secrets.token_hex(4)}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    except sa.exc.OperationalError as exc:
+        pytest.fail(f"MariaDB is not reachable at {MARIADB_ADMIN_URL}: {exc}. Start it (see .ci/run).")
+    url = MARIADB_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    try:
+        yield url
+    finally:
+        with contextlib.suppress(Exception), admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE `{name}`"))
+        admin.dispose()
+
+
+@pytest.fixture()
+def endpoint() -> Iterator[EndpointRecorder]:
+    with EndpointRecorder() as ep:
+        yield ep

@@ -1,0 +1,1 @@
+"""Workers: stateless; each pushes the records of the partitions it owns to HTTP endpoints."""
