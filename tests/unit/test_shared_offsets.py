@@ -1,0 +1,91 @@
+"""The offset record codec (CONTRACT section 5) and the stale-epoch rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ferry.errors import OffsetRecordError
+from ferry.offsets import OffsetState, decode_key, decode_value, encode_key, encode_value, is_stale, supersedes
+from ferry.subscription import PartitionRef
+
+CONTRACT_EXAMPLE = (
+    b'{"v": 1, "committed": 1200, "acked": [[1203, 1210], [1212, 1213]], "epoch": 7, "worker": "worker-2", '
+    b'"ts": 1763800000000}'
+)
+
+
+def state(committed: int = 0, acked: tuple[tuple[int, int], ...] = (), epoch: int = 1) -> OffsetState:
+    return OffsetState(committed=committed, acked=acked, epoch=epoch, worker="w", ts=1)
+
+
+def test_contract_example_decodes() -> None:
+    s = decode_value(CONTRACT_EXAMPLE)
+    assert s == OffsetState(1200, ((1203, 1210), (1212, 1213)), 7, "worker-2", 1763800000000)
+    assert [s.is_acked(o) for o in (1199, 1200, 1203, 1209, 1210, 1212, 1213)] == [
+        True, False, True, True, False, True, False,
+    ]
+
+
+def test_value_round_trip_is_contract_json() -> None:
+    s = state(5, ((7, 9),), 3)
+    raw = encode_value(s)
+    assert json.loads(raw) == {"v": 1, "committed": 5, "acked": [[7, 9]], "epoch": 3, "worker": "w", "ts": 1}
+    assert decode_value(raw) == s
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"\xff\xfe",
+        b"[]",
+        b'{"v": 2, "committed": 0, "acked": [], "epoch": 0, "worker": "w", "ts": 0}',
+        b'{"v": 1, "committed": "0", "acked": [], "epoch": 0, "worker": "w", "ts": 0}',
+        b'{"v": 1, "committed": -1, "acked": [], "epoch": 0, "worker": "w", "ts": 0}',
+        b'{"v": 1, "committed": 0, "acked": [[1]], "epoch": 0, "worker": "w", "ts": 0}',
+        b'{"v": 1, "committed": 5, "acked": [[5, 7]], "epoch": 0, "worker": "w", "ts": 0}',
+        b'{"v": 1, "committed": 0, "acked": [[3, 5], [5, 7]], "epoch": 0, "worker": "w", "ts": 0}',
+        b'{"v": 1, "committed": 0, "acked": [[7, 9], [3, 5]], "epoch": 0, "worker": "w", "ts": 0}',
+        b'{"v": 1, "committed": 0, "acked": [[3, 3]], "epoch": 0, "worker": "w", "ts": 0}',
+        b'{"v": 1, "committed": 0, "acked": [], "epoch": true, "worker": "w", "ts": 0}',
+        b'{"v": 1, "committed": 0, "acked": [], "epoch": 0, "worker": 5, "ts": 0}',
+    ],
+)
+def test_bad_values_are_refused(raw: bytes) -> None:
+    with pytest.raises(OffsetRecordError):
+        decode_value(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "ref"),
+    [
+        (b"orders-to-billing/orders/3", PartitionRef("orders-to-billing", "orders", 3)),
+        ("s/t.with.dots/0", PartitionRef("s", "t.with.dots", 0)),
+    ],
+)
+def test_keys(raw: bytes | str, ref: PartitionRef) -> None:
+    assert decode_key(raw) == ref
+    assert encode_key(ref) == ref.key().encode()
+
+
+@pytest.mark.parametrize("raw", [b"nokey", b"s/t/x", b"/t/1", b"s//1"])
+def test_bad_keys(raw: bytes) -> None:
+    with pytest.raises(OffsetRecordError):
+        decode_key(raw)
+
+
+@pytest.mark.parametrize(
+    ("new_epoch", "current_epoch", "wins", "stale"),
+    [
+        (1, None, True, False),
+        (2, 1, True, False),
+        (2, 2, True, False),  # same owner, later record
+        (1, 2, False, True),  # fenced-out owner writing late
+    ],
+)
+def test_epoch_rule(new_epoch: int, current_epoch: int | None, wins: bool, stale: bool) -> None:
+    current = None if current_epoch is None else state(epoch=current_epoch)
+    assert supersedes(state(epoch=new_epoch), current) is wins
+    assert is_stale(state(epoch=new_epoch), current) is stale

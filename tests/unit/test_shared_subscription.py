@@ -1,0 +1,101 @@
+"""The subscription document (CONTRACT section 3): defaults, field-by-field errors, secret masking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ferry.errors import ValidationError
+from ferry.subscription import MASK, PartitionRef, parse
+
+MINIMAL = {"name": "orders-to-billing", "topics": ["orders"], "endpoint": {"url": "http://billing:8000/hook"}}
+
+
+def with_(**changes: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {**MINIMAL, "endpoint": dict(MINIMAL["endpoint"])}
+    for path, value in changes.items():
+        node = doc
+        *parents, leaf = path.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return doc
+
+
+def test_defaults_are_the_contract_example() -> None:
+    doc = parse(MINIMAL).to_doc()
+    assert doc == {
+        "name": "orders-to-billing",
+        "topics": ["orders"],
+        "endpoint": {"url": "http://billing:8000/hook", "timeout_ms": 5000, "headers": {}},
+        "ordering": "key",
+        "max_in_flight": 100,
+        "retry": {"max_attempts": 5, "initial_backoff_ms": 200, "max_backoff_ms": 30000},
+        "dead_letter_topic": "orders-to-billing.dlq",
+        "start_from": "earliest",
+        "state": "active",
+    }
+
+
+def test_round_trip_unmasked() -> None:
+    sub = parse(with_(endpoint__headers={"Authorization": "Bearer x"}, ordering="none"))
+    assert parse(sub.to_doc(mask_secrets=False)) == sub
+    assert sub.retry_topic == "orders-to-billing.retry"
+    assert sub.group_id == "ferry.orders-to-billing"
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ([], "body"),
+        ({**MINIMAL, "name": "Bad Name"}, "name"),
+        ({**MINIMAL, "name": "-x"}, "name"),
+        ({**MINIMAL, "name": "a" * 64}, "name"),
+        ({k: v for k, v in MINIMAL.items() if k != "name"}, "name"),
+        ({**MINIMAL, "topics": []}, "topics"),
+        ({**MINIMAL, "topics": "orders"}, "topics"),
+        ({**MINIMAL, "topics": ["ok", "bad topic"]}, "topics.1"),
+        ({**MINIMAL, "topics": ["a", "a"]}, "topics"),
+        ({**MINIMAL, "endpoint": "http://x"}, "endpoint"),
+        (with_(endpoint__url="ftp://x/"), "endpoint.url"),
+        (with_(endpoint__url=""), "endpoint.url"),
+        (with_(endpoint__url="http://user:pw@x/"), "endpoint.url"),
+        (with_(endpoint__url="http://x:99999/"), "endpoint.url"),
+        (with_(endpoint__timeout_ms=5), "endpoint.timeout_ms"),
+        (with_(endpoint__timeout_ms="5000"), "endpoint.timeout_ms"),
+        (with_(endpoint__headers={"bad name": "v"}), "endpoint.headers.bad name"),
+        (with_(endpoint__headers={"ce-id": "v"}), "endpoint.headers.ce-id"),
+        (with_(endpoint__headers={"Host": "v"}), "endpoint.headers.Host"),
+        (with_(endpoint__headers={"X-A": "a\r\nb"}), "endpoint.headers.X-A"),
+        (with_(endpoint__headers={"X-A": MASK}), "endpoint.headers.X-A"),
+        (with_(endpoint__extra=1), "endpoint.extra"),
+        ({**MINIMAL, "ordering": "random"}, "ordering"),
+        ({**MINIMAL, "max_in_flight": 0}, "max_in_flight"),
+        ({**MINIMAL, "max_in_flight": True}, "max_in_flight"),
+        ({**MINIMAL, "retry": {"max_attempts": 0}}, "retry.max_attempts"),
+        ({**MINIMAL, "retry": {"initial_backoff_ms": 500, "max_backoff_ms": 100}}, "retry.max_backoff_ms"),
+        ({**MINIMAL, "dead_letter_topic": "orders"}, "dead_letter_topic"),
+        ({**MINIMAL, "start_from": "middle"}, "start_from"),
+        ({**MINIMAL, "state": "deleted"}, "state"),
+        ({**MINIMAL, "colour": "blue"}, "colour"),
+    ],
+)
+def test_invalid_documents_name_the_field(doc: Any, field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        parse(doc)
+    assert err.value.field == field
+
+
+def test_masked_header_keeps_stored_secret() -> None:
+    stored = parse(with_(endpoint__headers={"Authorization": "Bearer secret"}))
+    shown = stored.to_doc()
+    assert shown["endpoint"]["headers"] == {"Authorization": MASK}
+    assert "secret" not in repr(shown)
+    edited = parse({**shown, "max_in_flight": 7}, previous=stored)
+    assert edited.endpoint.headers == {"Authorization": "Bearer secret"}
+    assert edited.max_in_flight == 7
+
+
+def test_partition_ref_key_is_the_offsets_key() -> None:
+    assert PartitionRef("s", "t.x", 3).key() == "s/t.x/3"
