@@ -1,0 +1,243 @@
+"""The metadata database (SQLAlchemy 2): subscriptions, API tokens, audit log.
+
+Used by the portal (reads and writes) and the coordinator (reads subscriptions, cached, so a
+database outage never stops delivery). Workers never touch it: the coordinator publishes what
+they need to ZooKeeper. The schema is created and evolved only by Alembic (``ferry migrate``);
+``tests/integration/test_migrations.py`` proves the migrations and these models never drift.
+
+A subscription row holds every field of the CONTRACT section 3 document in its own column,
+so operators can query it with SQL; :func:`to_subscription` turns a row back into the one
+validated :class:`ferry.subscription.Subscription`. API tokens are stored as SHA-256 hashes
+only: a leaked table does not leak a usable token. Audit entries never carry secrets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+from ferry.errors import ConfigError
+from ferry.subscription import Subscription, from_trusted
+
+Scope = Literal["admin", "read"]
+SCOPES: tuple[Scope, ...] = ("admin", "read")
+
+# Explicit constraint names: Alembic can then compare and drop them the same way on every backend.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    """Naive UTC: MySQL DATETIME has no zone, and every timestamp here is UTC."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    metadata = sa.MetaData(naming_convention=NAMING)
+
+
+class SubscriptionRow(Base):
+    __tablename__ = "subscriptions"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(sa.String(63), unique=True)
+    topics: Mapped[list[str]] = mapped_column(sa.JSON)
+    endpoint_url: Mapped[str] = mapped_column(sa.String(2048))
+    endpoint_timeout_ms: Mapped[int] = mapped_column(sa.Integer)
+    # Secret values: returned masked by the API, never logged or audited.
+    endpoint_headers: Mapped[dict[str, str]] = mapped_column(sa.JSON)
+    ordering: Mapped[str] = mapped_column(sa.String(16))
+    max_in_flight: Mapped[int] = mapped_column(sa.Integer)
+    retry_max_attempts: Mapped[int] = mapped_column(sa.Integer)
+    retry_initial_backoff_ms: Mapped[int] = mapped_column(sa.Integer)
+    retry_max_backoff_ms: Mapped[int] = mapped_column(sa.Integer)
+    dead_letter_topic: Mapped[str] = mapped_column(sa.String(249))
+    start_from: Mapped[str] = mapped_column(sa.String(16))
+    state: Mapped[str] = mapped_column(sa.String(16))
+    # Bumped on every change; lets the coordinator and the UI see that a document moved on.
+    version: Mapped[int] = mapped_column(sa.Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
+
+    def to_subscription(self) -> Subscription:
+        return from_trusted(
+            {
+                "name": self.name,
+                "topics": list(self.topics),
+                "endpoint": {
+                    "url": self.endpoint_url,
+                    "timeout_ms": self.endpoint_timeout_ms,
+                    "headers": dict(self.endpoint_headers or {}),
+                },
+                "ordering": self.ordering,
+                "max_in_flight": self.max_in_flight,
+                "retry": {
+                    "max_attempts": self.retry_max_attempts,
+                    "initial_backoff_ms": self.retry_initial_backoff_ms,
+                    "max_backoff_ms": self.retry_max_backoff_ms,
+                },
+                "dead_letter_topic": self.dead_letter_topic,
+                "start_from": self.start_from,
+                "state": self.state,
+            }
+        )
+
+    def assign(self, sub: Subscription) -> None:
+        """Copy every field of a validated subscription into this row."""
+        self.name = sub.name
+        self.topics = list(sub.topics)
+        self.endpoint_url = sub.endpoint.url
+        self.endpoint_timeout_ms = sub.endpoint.timeout_ms
+        self.endpoint_headers = dict(sub.endpoint.headers)
+        self.ordering = sub.ordering
+        self.max_in_flight = sub.max_in_flight
+        self.retry_max_attempts = sub.retry.max_attempts
+        self.retry_initial_backoff_ms = sub.retry.initial_backoff_ms
+        self.retry_max_backoff_ms = sub.retry.max_backoff_ms
+        self.dead_letter_topic = sub.dead_letter_topic
+        self.start_from = sub.start_from
+        self.state = sub.state
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(sa.String(100))
+    scope: Mapped[str] = mapped_column(sa.String(8))
+    token_hash: Mapped[str] = mapped_column(sa.String(64), unique=True)
+    created_by: Mapped[str] = mapped_column(sa.String(100))
+    created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(sa.DateTime, nullable=True)
+    last_used_at: Mapped[datetime | None] = mapped_column(sa.DateTime, nullable=True)
+
+
+class AuditEntry(Base):
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow, index=True)
+    actor: Mapped[str] = mapped_column(sa.String(100))
+    action: Mapped[str] = mapped_column(sa.String(64))
+    target: Mapped[str] = mapped_column(sa.String(255))
+    detail: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
+
+
+# --- connections ---------------------------------------------------------------------------
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for FERRY_DB_URL; refuses URLs SQLAlchemy cannot use with a clear message."""
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError:
+        raise ConfigError("FERRY_DB_URL", "is not a SQLAlchemy URL (e.g. mysql+pymysql://user:pw@host/db)") from None
+    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if parsed.get_backend_name() == "sqlite":
+        # The portal runs blocking calls in worker threads; SQLite must allow that.
+        kwargs["connect_args"] = {"check_same_thread": False}
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    else:
+        # Recycle before MySQL's wait_timeout closes idle connections under us.
+        kwargs["pool_recycle"] = 1800
+    try:
+        return sa.create_engine(url, **kwargs)
+    except (ImportError, sa.exc.NoSuchModuleError) as exc:
+        raise ConfigError("FERRY_DB_URL", f"names a database driver that is not installed: {exc}") from None
+
+
+@contextmanager
+def session(engine: Engine) -> Iterator[Session]:
+    """One unit of work: committed on success, rolled back on error."""
+    factory = sessionmaker(engine, expire_on_commit=False)
+    with factory.begin() as s:
+        yield s
+
+
+# --- subscriptions -------------------------------------------------------------------------
+
+
+def load_subscriptions(engine: Engine) -> list[Subscription]:
+    """Every subscription, ordered by name (the coordinator's catalog)."""
+    with session(engine) as s:
+        rows = s.scalars(sa.select(SubscriptionRow).order_by(SubscriptionRow.name)).all()
+        return [r.to_subscription() for r in rows]
+
+
+def get_row(s: Session, name: str) -> SubscriptionRow | None:
+    return s.scalar(sa.select(SubscriptionRow).where(SubscriptionRow.name == name))
+
+
+def insert_subscription(s: Session, sub: Subscription) -> SubscriptionRow:
+    row = SubscriptionRow()
+    row.assign(sub)
+    row.version = 1
+    s.add(row)
+    s.flush()
+    return row
+
+
+def update_subscription(s: Session, row: SubscriptionRow, sub: Subscription) -> SubscriptionRow:
+    row.assign(sub)
+    row.version += 1
+    row.updated_at = utcnow()
+    s.flush()
+    return row
+
+
+# --- tokens --------------------------------------------------------------------------------
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create_token(s: Session, name: str, scope: Scope, created_by: str) -> tuple[ApiToken, str]:
+    """A new token; the plaintext is returned once and never stored."""
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {SCOPES}")
+    plain = "fy_" + secrets.token_urlsafe(32)
+    row = ApiToken(name=name, scope=scope, token_hash=hash_token(plain), created_by=created_by)
+    s.add(row)
+    s.flush()
+    return row, plain
+
+
+def find_token(s: Session, plain: str) -> ApiToken | None:
+    """The live token with this plaintext. Lookup is by hash (an index hit), so timing says
+    nothing about the stored secrets."""
+    row = s.scalar(sa.select(ApiToken).where(ApiToken.token_hash == hash_token(plain)))
+    if row is None or row.revoked_at is not None:
+        return None
+    return row
+
+
+def list_tokens(s: Session) -> Sequence[ApiToken]:
+    return s.scalars(sa.select(ApiToken).order_by(ApiToken.id)).all()
+
+
+# --- audit ---------------------------------------------------------------------------------
+
+
+def audit(s: Session, actor: str, action: str, target: str, detail: dict[str, Any] | None = None) -> None:
+    """Record who changed what. ``detail`` must already be free of secrets (masked documents)."""
+    s.add(AuditEntry(actor=actor, action=action, target=target, detail=detail or {}))
+
+
+def recent_audit(s: Session, limit: int = 100) -> Sequence[AuditEntry]:
+    return s.scalars(sa.select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)).all()
