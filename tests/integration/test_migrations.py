@@ -30,7 +30,8 @@ def test_upgrade_is_idempotent_and_matches_models(db_url: str) -> None:
     runner.check(db_url)  # alembic check: autogenerate finds no drift
     engine = db.make_engine(db_url)
     try:
-        assert {"subscriptions", "api_tokens", "audit_log", "alembic_version"} <= set(sa.inspect(engine).get_table_names())
+        tables = set(sa.inspect(engine).get_table_names())
+        assert {"subscriptions", "api_tokens", "audit_log", "alembic_version"} <= tables
     finally:
         engine.dispose()
 
