@@ -1,0 +1,91 @@
+"""Offset merge as a ledger: acks in, watermark and acked ranges out."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from worker.offset_merge import OffsetMerge
+
+
+@pytest.mark.parametrize(
+    ("start", "acks", "committed", "acked"),
+    [
+        (0, [], 0, ()),
+        (0, [0, 1, 2], 3, ()),  # in order
+        (0, [2, 1, 0], 3, ()),  # reversed: closes at the end
+        (0, [1, 2, 4], 0, ((1, 3), (4, 5))),  # gaps at 0 and 3
+        (0, [1, 2, 4, 0], 3, ((4, 5),)),  # first gap filled
+        (0, [1, 2, 4, 0, 3], 5, ()),  # all filled
+        (10, [5, 9], 10, ()),  # below the watermark: already done
+        (0, [3, 3, 3], 0, ((3, 4),)),  # duplicate acks
+        (0, [5, 3, 4], 0, ((3, 6),)),  # ranges merge when they touch
+        (0, [2, 6, 4, 3, 5], 0, ((2, 7),)),
+        (100, [100, 102, 101, 104], 103, ((104, 105),)),
+    ],
+)
+def test_ledger(start: int, acks: list[int], committed: int, acked: tuple[tuple[int, int], ...]) -> None:
+    m = OffsetMerge(start)
+    for a in acks:
+        m.ack(a)
+    assert (m.committed, m.acked) == (committed, acked)
+    assert m.gaps == len(acked)
+
+
+@pytest.mark.parametrize(
+    ("start", "ranges", "committed", "acked"),
+    [
+        (0, [(0, 5)], 5, ()),
+        (0, [(3, 5), (7, 9)], 0, ((3, 5), (7, 9))),
+        (0, [(3, 5), (7, 9), (4, 8)], 0, ((3, 9),)),
+        (0, [(3, 5), (0, 3)], 5, ()),
+        (5, [(0, 7)], 7, ()),  # straddles the watermark
+        (0, [(5, 5)], 0, ()),  # empty range
+        (0, [(2, 3), (4, 5), (6, 7), (1, 8)], 0, ((1, 8),)),  # one range swallows several
+    ],
+)
+def test_ranges(start: int, ranges: list[tuple[int, int]], committed: int, acked: tuple[tuple[int, int], ...]) -> None:
+    m = OffsetMerge(start)
+    for lo, hi in ranges:
+        m.ack_range(lo, hi)
+    assert (m.committed, m.acked) == (committed, acked)
+
+
+def test_restore_and_skip() -> None:
+    m = OffsetMerge(1200, ((1203, 1210), (1212, 1213)))
+    assert (m.committed, m.acked) == (1200, ((1203, 1210), (1212, 1213)))
+    assert [m.is_acked(o) for o in (1199, 1200, 1203, 1209, 1210, 1212, 1213)] == [
+        True, False, True, True, False, True, False,
+    ]  # fmt: skip
+    assert [m.skip_to(o) for o in (0, 1200, 1203, 1205, 1210, 1212)] == [1200, 1200, 1210, 1210, 1210, 1213]
+    assert m.acked_above == 8
+
+
+def test_state_size_follows_gaps_not_window() -> None:
+    m = OffsetMerge(0)
+    for o in range(1, 100_000):  # offset 0 missing: one gap, whatever the window
+        m.ack(o)
+    assert m.acked == ((1, 100_000),)
+    m.ack(0)
+    assert (m.committed, m.acked) == (100_000, ())
+
+
+def test_random_orders_agree_with_a_set() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        n = rng.randrange(1, 60)
+        order = list(range(n))
+        rng.shuffle(order)
+        cut = rng.randrange(0, n + 1)
+        m = OffsetMerge(0)
+        for o in order[:cut]:
+            m.ack(o)
+        done = set(order[:cut])
+        expect = 0
+        while expect in done:
+            expect += 1
+        assert m.committed == expect
+        assert all(m.is_acked(o) == (o in done) for o in range(n + 2))
+        for lo, hi in m.acked:
+            assert lo > m.committed and all(o in done for o in range(lo, hi))

@@ -1,0 +1,115 @@
+"""Ordering window: which fetched records of one partition may be pushed now.
+
+Use case: a partition holds many keys; ``ordering=key`` must deliver the records of one key one
+at a time in offset order while different keys go concurrently, all within ``max_in_flight``
+unacknowledged deliveries per partition. A record waiting for its retry stays in flight for its
+key, so it holds back later records of that key only, never other keys.
+
+Each record maps to a *lane*: its key (``key``; a null key is its own lane, since Kafka gives
+null-keyed records no order), the one partition lane (``partition``), or itself (``none``).
+A lane is busy while one of its records is in flight. Ready lanes are served first come first
+served. Pure: no I/O, no clock.
+
+States of a record: pending (in its lane's queue) → in flight (taken) → finished (acked or
+dead-lettered). :meth:`clear` drops every pending record (release, fence).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable
+from typing import Generic, Protocol, TypeVar
+
+ORDERINGS = ("key", "partition", "none")
+
+
+class HasOffset(Protocol):
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+
+R = TypeVar("R", bound=HasOffset)
+_PARTITION_LANE = ("partition",)
+
+
+class Window(Generic[R]):
+    def __init__(self, ordering: str, max_in_flight: int) -> None:
+        if ordering not in ORDERINGS:
+            raise ValueError(f"ordering must be one of {ORDERINGS}, got {ordering!r}")
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        self.ordering = ordering
+        self.max_in_flight = max_in_flight
+        self._lanes: dict[Hashable, deque[R]] = {}
+        self._ready: deque[Hashable] = deque()
+        self._busy: set[Hashable] = set()
+        # The lane each in-flight record was taken under (it may differ after a reconfigure).
+        self._taken: dict[int, Hashable] = {}
+        self.pending = 0
+
+    def reconfigure(self, ordering: str, max_in_flight: int) -> None:
+        """Apply an edited subscription: pending records are re-laned; in-flight ones finish as they are."""
+        if ordering not in ORDERINGS or max_in_flight < 1:
+            raise ValueError(f"invalid ordering {ordering!r} or max_in_flight {max_in_flight}")
+        items = self.clear()
+        self.ordering = ordering
+        self.max_in_flight = max_in_flight
+        for item in items:
+            self.add(item)
+
+    def lane(self, item: R) -> Hashable:
+        if self.ordering == "partition":
+            return _PARTITION_LANE
+        if self.ordering == "key" and item.key is not None:
+            return ("key", item.key)
+        return ("offset", item.offset)
+
+    def add(self, item: R) -> None:
+        """A fetched record, in offset order."""
+        lane = self.lane(item)
+        queue = self._lanes.get(lane)
+        if queue is None:
+            queue = self._lanes[lane] = deque()
+            if lane not in self._busy:
+                self._ready.append(lane)
+        queue.append(item)
+        self.pending += 1
+
+    def take(self) -> list[R]:
+        """Records that may start now; each is in flight until :meth:`finish`."""
+        out: list[R] = []
+        while self._ready and self.in_flight < self.max_in_flight:
+            lane = self._ready.popleft()
+            queue = self._lanes[lane]
+            item = queue.popleft()
+            if not queue:
+                del self._lanes[lane]
+            self._busy.add(lane)
+            self._taken[item.offset] = lane
+            self.pending -= 1
+            out.append(item)
+        return out
+
+    def finish(self, item: R) -> None:
+        """The record is acknowledged or dead-lettered: its lane may go on."""
+        lane = self._taken.pop(item.offset, None)
+        if lane is None:
+            return
+        self._busy.discard(lane)
+        if lane in self._lanes:
+            self._ready.append(lane)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._taken)
+
+    def clear(self) -> list[R]:
+        """Drop every pending record (they stay unacknowledged) and return them in offset order."""
+        items = sorted((i for q in self._lanes.values() for i in q), key=lambda i: i.offset)
+        self._lanes.clear()
+        self._ready.clear()
+        self.pending = 0
+        return items
