@@ -16,6 +16,7 @@ subscription's ``start_from``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,3 +132,18 @@ def supersedes(new: OffsetState, current: OffsetState | None) -> bool:
 def is_stale(new: OffsetState, current: OffsetState | None) -> bool:
     """A write from an owner already fenced out: its epoch is below one seen for the key."""
     return current is not None and new.epoch < current.epoch
+
+
+def fold(states: Iterable[OffsetState | None]) -> OffsetState | None:
+    """The state a new owner restores from one key's records, in log order.
+
+    ``None`` is a tombstone: it clears the key. Stale records (lower epoch than one already
+    seen) are skipped. The worker's restore and the Spark replay both call this, so they agree.
+    """
+    current: OffsetState | None = None
+    for state in states:
+        if state is None:
+            current = None
+        elif supersedes(state, current):
+            current = state
+    return current

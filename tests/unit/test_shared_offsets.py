@@ -89,3 +89,22 @@ def test_epoch_rule(new_epoch: int, current_epoch: int | None, wins: bool, stale
     current = None if current_epoch is None else state(epoch=current_epoch)
     assert supersedes(state(epoch=new_epoch), current) is wins
     assert is_stale(state(epoch=new_epoch), current) is stale
+
+
+@pytest.mark.parametrize(
+    ("log", "expect"),
+    [
+        ([], None),
+        ([(5, 1)], (5, 1)),
+        ([(5, 1), (9, 1)], (9, 1)),  # later record of the same owner wins
+        ([(5, 1), (9, 2), (7, 1)], (9, 2)),  # stale write of a fenced-out owner ignored
+        ([(5, 2), (3, 3)], (3, 3)),  # a reset with a new epoch may move back
+        ([(5, 2), None], None),  # tombstone
+        ([(5, 2), None, (1, 1)], (1, 1)),  # after a tombstone anything goes
+    ],
+)
+def test_fold(log: list[tuple[int, int] | None], expect: tuple[int, int] | None) -> None:
+    from ferry.offsets import fold
+
+    got = fold(None if e is None else state(e[0], epoch=e[1]) for e in log)
+    assert (None if got is None else (got.committed, got.epoch)) == expect
