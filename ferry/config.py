@@ -107,6 +107,8 @@ class LogSettings:
 class Settings:
     cluster: str = "default"
     """Cluster name; every znode lives under ``/ferry/<cluster>``."""
+    metrics_host: str = "127.0.0.1"
+    """Address the worker's and coordinator's ``/metrics``/``/healthz`` servers listen on (``0.0.0.0`` in a pod)."""
     zookeeper: ZooKeeperSettings = field(default_factory=ZooKeeperSettings)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
@@ -156,6 +158,7 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("FERRY_CLUSTER", "cluster", _str),
+    Setting("FERRY_METRICS_HOST", "metrics_host", _str),
     Setting("FERRY_ZK_CONNECT", "zookeeper.connect", _str),
     Setting("FERRY_ZK_SESSION_TIMEOUT_MS", "zookeeper.session_timeout_ms", _int),
     Setting("FERRY_KAFKA_BOOTSTRAP", "kafka.bootstrap", _str),

@@ -1,0 +1,59 @@
+"""Run a real worker process (``ferry worker --assignment FILE``) against the test services."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ferry import embedded
+
+
+class WorkerProcess(embedded.ServiceProcess):
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=1) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    def stats(self) -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as resp:
+            return list(json.load(resp)["partitions"])
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
+            return str(resp.read().decode())
+
+
+def static_worker(
+    tmp: Path,
+    name: str,
+    bootstrap: str,
+    offsets_topic: str,
+    subscriptions: list[dict[str, Any]],
+    partitions: list[dict[str, Any]] | None = None,
+    env: dict[str, str] | None = None,
+) -> WorkerProcess:
+    doc: dict[str, Any] = {"subscriptions": subscriptions}
+    if partitions is not None:
+        doc["partitions"] = partitions
+    path = tmp / f"{name}-assignment.json"
+    path.write_text(json.dumps(doc))
+    port = embedded.free_port()
+    return WorkerProcess(
+        name,
+        [*embedded.python_module(name, [], tmp / "x", {}).argv, "worker", "--assignment", str(path)],
+        port,
+        tmp / f"{name}.log",
+        env={
+            "FERRY_KAFKA_BOOTSTRAP": bootstrap,
+            "FERRY_OFFSETS_TOPIC": offsets_topic,
+            "FERRY_WORKER_ID": name,
+            "FERRY_WORKER_METRICS_PORT": str(port),
+            "FERRY_OFFSET_FLUSH_INTERVAL_MS": "200",
+            "FERRY_LOG_FORMAT": "text",
+            **(env or {}),
+        },
+    )

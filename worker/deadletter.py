@@ -1,0 +1,66 @@
+"""Dead letters: records that cannot be delivered, kept with why, for browse and redrive.
+
+A dead-letter record keeps the source record's key, value and headers and adds ``ferry-error``,
+``ferry-attempts``, ``ferry-source-topic``, ``ferry-source-partition`` and
+``ferry-source-offset`` (CONTRACT section 4). It is produced with the idempotent producer and
+the source record counts as acknowledged only once the broker confirmed the dead letter; if the
+produce fails, the record stays unacknowledged and is retried later (never silently dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from ferry import kafka, log
+from worker.producer import AsyncProducer
+from worker.push import Record
+
+_log = log.get_logger(__name__)
+ERROR_HEADER_MAX = 1000
+SOURCE_HEADERS = (
+    "ferry-error",
+    "ferry-attempts",
+    "ferry-source-topic",
+    "ferry-source-partition",
+    "ferry-source-offset",
+)
+
+
+def dead_letter_headers(record: Record, error: str, attempts: int) -> list[tuple[str, bytes | None]]:
+    # A redriven record already carries ferry-* headers from its first failure: replace them.
+    own = [(k, v) for k, v in record.headers if k.lower() not in SOURCE_HEADERS]
+    return [
+        *own,
+        ("ferry-error", error[:ERROR_HEADER_MAX].encode()),
+        ("ferry-attempts", str(attempts).encode()),
+        ("ferry-source-topic", record.topic.encode()),
+        ("ferry-source-partition", str(record.partition).encode()),
+        ("ferry-source-offset", str(record.offset).encode()),
+    ]
+
+
+class DeadLetterSink:
+    def __init__(self, client_config: Mapping[str, Any], producer: AsyncProducer) -> None:
+        self._cfg = dict(client_config)
+        self._producer = producer
+        self._ready: set[str] = set()
+
+    async def send(self, topic: str, record: Record, error: str, attempts: int) -> None:
+        if topic not in self._ready:
+            # Brokers with auto-create off would make the produce wait forever: create it.
+            await asyncio.to_thread(kafka.ensure_topic, self._cfg, topic, 1)
+            self._ready.add(topic)
+        await self._producer.send(
+            topic, record.value, key=record.key, headers=dead_letter_headers(record, error, attempts)
+        )
+        _log.info(
+            "record.dead_lettered",
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            dead_letter_topic=topic,
+            attempts=attempts,
+            error=error,
+        )

@@ -1,0 +1,165 @@
+"""Fetch: one confluent-kafka consumer, driven with ``assign()`` only, feeding the event loop.
+
+Use case: the worker owns partitions chosen by the coordinator, so the consumer never joins a
+consumer group (no group rebalances ever reach the endpoints). A poll thread owns the consumer:
+it applies queued control operations (assign at an offset, unassign, pause, resume) between
+``consume()`` calls, so librdkafka is only ever touched by one thread, and hands each batch to
+the event loop with the partition's high watermark (from the fetch response, never ListOffsets).
+
+States of a partition here: assigned (fetching) ⇄ paused (prefetch full) → unassigned.
+
+A topic partition can be assigned once per consumer; when two subscriptions on one worker read
+the same topic partition, the engine gives the second one its own :class:`Fetcher`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+
+from ferry import log
+from worker.push import Record
+
+_log = log.get_logger(__name__)
+TP = tuple[str, int]
+EARLIEST = OFFSET_BEGINNING
+LATEST = OFFSET_END
+
+
+@dataclass
+class Batch:
+    records: dict[TP, list[Record]] = field(default_factory=dict)
+    eof: dict[TP, int] = field(default_factory=dict)
+    """Partitions that reached their end, with the end offset (the high watermark)."""
+    high_watermarks: dict[TP, int] = field(default_factory=dict)
+
+
+OnBatch = Callable[["Fetcher", Batch], None]
+
+
+class Fetcher:
+    def __init__(self, client_config: Mapping[str, Any], name: str, on_batch: OnBatch, batch_size: int = 500) -> None:
+        cfg = dict(client_config)
+        cfg.update(
+            {
+                "group.id": cfg.get("group.id", f"ferry.fetch.{name}"),
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                # librdkafka's 1 s default leaves the local queue empty under per-record work.
+                "fetch.queue.backoff.ms": cfg.get("fetch.queue.backoff.ms", 10),
+            }
+        )
+        self._cfg = cfg
+        self.name = name
+        self._on_batch = on_batch
+        self._batch_size = batch_size
+        self._ops: queue.SimpleQueue[tuple[str, TP, int]] = queue.SimpleQueue()
+        self.assigned: set[TP] = set()
+        self._running = False
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name=f"ferry-fetch-{self.name}", daemon=True)
+        self._thread.start()
+
+    # Control, from the event loop. Bookkeeping of `assigned` happens here so the engine can
+    # decide synchronously which fetcher a partition goes to.
+    def assign(self, tp: TP, offset: int) -> None:
+        self.assigned.add(tp)
+        self._ops.put(("assign", tp, offset))
+
+    def unassign(self, tp: TP) -> None:
+        self.assigned.discard(tp)
+        self._ops.put(("unassign", tp, 0))
+
+    def pause(self, tp: TP) -> None:
+        self._ops.put(("pause", tp, 0))
+
+    def resume(self, tp: TP) -> None:
+        self._ops.put(("resume", tp, 0))
+
+    def stop(self) -> None:
+        self._running = False
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    # --- the poll thread -----------------------------------------------------------------
+
+    def _apply(self, consumer: Consumer, live: set[TP]) -> None:
+        while True:
+            try:
+                op, (topic, p), offset = self._ops.get_nowait()
+            except queue.Empty:
+                return
+            tp = TopicPartition(topic, p, offset)
+            try:
+                if op == "assign":
+                    consumer.incremental_assign([tp])
+                    live.add((topic, p))
+                elif op == "unassign" and (topic, p) in live:
+                    consumer.incremental_unassign([TopicPartition(topic, p)])
+                    live.discard((topic, p))
+                elif op == "pause" and (topic, p) in live:
+                    consumer.pause([TopicPartition(topic, p)])
+                elif op == "resume" and (topic, p) in live:
+                    consumer.resume([TopicPartition(topic, p)])
+            except Exception as exc:
+                _log.error("fetch.control_failed", op=op, topic=topic, partition=p, error=str(exc))
+
+    def _run(self) -> None:
+        consumer = Consumer(self._cfg)
+        live: set[TP] = set()
+        try:
+            while self._running:
+                self._apply(consumer, live)
+                if not live:
+                    try:
+                        op = self._ops.get(timeout=0.1)
+                    except queue.Empty:
+                        continue
+                    self._ops.put(op)
+                    continue
+                msgs = consumer.consume(self._batch_size, 0.1)
+                if not msgs:
+                    continue
+                batch = Batch()
+                for m in msgs:
+                    # Consumed messages always carry topic, partition and offset; the stubs say Optional.
+                    tp = (cast(str, m.topic()), cast(int, m.partition()))
+                    offset = cast(int, m.offset())
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            batch.eof[tp] = offset
+                        else:
+                            _log.warning("fetch.error", topic=tp[0], partition=tp[1], error=err.str())
+                        continue
+                    _, ts = m.timestamp()
+                    headers = cast(list[tuple[str, bytes | None]], list(m.headers() or ()))
+                    batch.records.setdefault(tp, []).append(
+                        Record(tp[0], tp[1], offset, m.key(), m.value(), headers, ts)
+                    )
+                for tp in batch.records:
+                    try:
+                        _, hw = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+                        if hw >= 0:
+                            batch.high_watermarks[tp] = hw
+                    except Exception:  # noqa: S110 - a missing cached watermark only delays the lag figure
+                        pass
+                assert self._loop is not None
+                self._loop.call_soon_threadsafe(self._on_batch, self, batch)
+        except Exception as exc:
+            _log.error("fetch.thread_failed", fetcher=self.name, error=str(exc), exc_info=True)
+        finally:
+            consumer.close()

@@ -1,0 +1,120 @@
+"""Offset store: the merged state of each partition, durable in the compacted offsets topic.
+
+- ``restore(refs)``: reads the offsets topic to its end once and folds each wanted key with
+  :func:`ferry.offsets.fold` (highest epoch wins, stale writes ignored). Concurrent restores are
+  coalesced into one read, so a handoff of many partitions reads the topic once, not once each.
+- ``write(ref, state)``: produces the record (idempotent producer, keyed, so compaction keeps
+  the latest per key) and commits the watermark to Kafka group ``ferry.<subscription>`` for lag
+  tools. Group commits are best effort: the offsets topic is the source of truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+
+from ferry import kafka, log
+from ferry.errors import OffsetRecordError
+from ferry.offsets import OffsetState, decode_value, encode_key, encode_value, supersedes
+from ferry.subscription import PartitionRef
+from worker.producer import AsyncProducer
+
+_log = log.get_logger(__name__)
+OFFSETS_TOPIC_PARTITIONS = 12
+
+
+class OffsetStore:
+    def __init__(self, client_config: Mapping[str, Any], topic: str, producer: AsyncProducer) -> None:
+        self._cfg = dict(client_config)
+        self.topic = topic
+        self._producer = producer
+        self._committers: dict[str, Consumer] = {}
+        self._pending: dict[PartitionRef, asyncio.Future[OffsetState | None]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    def ensure_topic(self) -> None:
+        if kafka.ensure_topic(self._cfg, self.topic, OFFSETS_TOPIC_PARTITIONS, {"cleanup.policy": "compact"}):
+            _log.info("offsets.topic_created", topic=self.topic, partitions=OFFSETS_TOPIC_PARTITIONS)
+
+    # --- restore -------------------------------------------------------------------------
+
+    async def restore(self, ref: PartitionRef) -> OffsetState | None:
+        fut = self._pending.get(ref)
+        if fut is None:
+            fut = self._pending[ref] = asyncio.get_running_loop().create_future()
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read_loop())
+        return await fut
+
+    async def _read_loop(self) -> None:
+        # Let concurrent acquires join the same read.
+        await asyncio.sleep(0)
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            try:
+                states = await asyncio.to_thread(self.read_states, batch.keys())
+            except Exception as exc:
+                for fut in batch.values():
+                    if not fut.done():
+                        fut.set_exception(exc)
+                continue
+            for ref, fut in batch.items():
+                if not fut.done():
+                    fut.set_result(states.get(ref))
+
+    def read_states(self, refs: Iterable[PartitionRef]) -> dict[PartitionRef, OffsetState | None]:
+        """Blocking: the restored state of each ref (None when it has none)."""
+        wanted = {encode_key(r): r for r in refs}
+        states: dict[PartitionRef, OffsetState | None] = {}
+
+        def take(msg: Message) -> None:
+            ref = wanted.get(msg.key() or b"")
+            if ref is None:
+                return
+            raw = msg.value()
+            if raw is None:
+                states[ref] = None  # tombstone
+                return
+            try:
+                state = decode_value(raw)
+            except OffsetRecordError as exc:
+                _log.warning("offsets.bad_record", key=ref.key(), offset=msg.offset(), error=str(exc))
+                return
+            current = states.get(ref)
+            if supersedes(state, current):
+                states[ref] = state
+            else:
+                _log.warning(
+                    "offsets.stale_record",
+                    key=ref.key(),
+                    epoch=state.epoch,
+                    current_epoch=current.epoch if current else None,
+                )
+
+        kafka.read_to_end({**self._cfg, "group.id": "ferry.offsets-reader"}, self.topic, take)
+        return states
+
+    # --- write ---------------------------------------------------------------------------
+
+    async def write(self, ref: PartitionRef, state: OffsetState, group_id: str) -> None:
+        await self._producer.send(self.topic, encode_value(state), key=encode_key(ref))
+        await asyncio.to_thread(self._commit_group, group_id, ref, state.committed)
+
+    def _commit_group(self, group_id: str, ref: PartitionRef, committed: int) -> None:
+        consumer = self._committers.get(group_id)
+        if consumer is None:
+            consumer = self._committers[group_id] = Consumer(
+                {**self._cfg, "group.id": group_id, "enable.auto.commit": False}
+            )
+        try:
+            consumer.commit(offsets=[TopicPartition(ref.topic, ref.partition, committed)], asynchronous=False)
+        except KafkaException as exc:
+            _log.warning("offsets.group_commit_failed", group=group_id, key=ref.key(), error=str(exc))
+
+    def close(self) -> None:
+        for c in self._committers.values():
+            c.close()
+        self._committers.clear()

@@ -1,0 +1,289 @@
+"""One owned partition: fetched records → ordering window → pushes with retries → offset merge.
+
+Use case: everything a worker does for one (subscription, topic, partition) between acquiring
+and releasing it. Each dispatchable record gets its own delivery task that pushes, waits out
+retries (holding only its own key), dead-letters if it must, and then acknowledges into the
+merge. Records already acknowledged before a restore are skipped, never pushed again.
+
+States: running → (paused: subscription paused, nothing new starts) → closing (release: no new
+pushes, in-flight ones get the drain timeout) → closed. ``fence()`` jumps straight to closed,
+aborting in-flight pushes and writing nothing: another owner may already hold a higher epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ferry import log
+from ferry.offsets import OffsetState
+from ferry.subscription import PartitionRef, Subscription
+from worker.deadletter import DeadLetterSink
+from worker.metrics import WorkerMetrics
+from worker.offset_merge import OffsetMerge
+from worker.producer import ProduceFailed
+from worker.push import PushClient, Record
+from worker.retry import RetryPolicy, parse_retry_after
+from worker.window import Window
+
+_log = log.get_logger(__name__)
+
+
+class Lease:
+    """Whether this worker may start a push now (it can still prove ownership)."""
+
+    def __init__(self) -> None:
+        self.deadline: float | None = None
+        self._open = asyncio.Event()
+        self._open.set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def set(self, deadline_monotonic: float | None) -> None:
+        self.deadline = deadline_monotonic
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if deadline_monotonic is None:
+            self._open.set()
+            return
+        remaining = deadline_monotonic - time.monotonic()
+        if remaining <= 0:
+            self._open.clear()
+        else:
+            self._open.set()
+            self._timer = asyncio.get_running_loop().call_later(remaining, self._open.clear)
+
+    def allowed(self) -> bool:
+        return self._open.is_set() and (self.deadline is None or time.monotonic() < self.deadline)
+
+    async def wait(self) -> None:
+        while not self.allowed():
+            self._open.clear()
+            await self._open.wait()
+
+
+@dataclass
+class Context:
+    """What every partition of a worker shares."""
+
+    worker_id: str
+    client: PushClient
+    dead_letters: DeadLetterSink
+    metrics: WorkerMetrics
+    lease: Lease
+    prefetch_records: int
+    prefetch_bytes: int
+
+
+class PartitionRunner:
+    def __init__(
+        self,
+        ref: PartitionRef,
+        sub: Subscription,
+        epoch: int,
+        ctx: Context,
+        restored: OffsetState | None,
+        pause: Callable[[], None],
+        resume: Callable[[], None],
+    ) -> None:
+        self.ref = ref
+        self.sub = sub
+        self.epoch = epoch
+        self._ctx = ctx
+        self._pause_fetch = pause
+        self._resume_fetch = resume
+        self._fetch_paused = False
+        self.policy = RetryPolicy(sub.retry)
+        self.window: Window[Record] = Window(sub.ordering, sub.max_in_flight)
+        # Unknown until a restore or the first fetched offset says where this partition starts.
+        self.merge: OffsetMerge | None = None
+        self.next_offset: int | None = None
+        if restored is not None:
+            self.merge = OffsetMerge(restored.committed, restored.acked)
+            self.next_offset = restored.committed
+        self.high_watermark: int | None = None
+        self.buffered_bytes = 0
+        self.delivered = self.retried = self.dead_lettered = 0
+        self.dirty = False
+        self.closing = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._labels: dict[str, Any] = {"subscription": sub.name}
+
+    # --- input ---------------------------------------------------------------------------
+
+    def feed(self, records: list[Record], high_watermark: int | None, eof: int | None) -> None:
+        if self.closing:
+            return
+        for r in records:
+            if self.next_offset is not None and r.offset < self.next_offset:
+                continue  # fetched before a re-seek: already seen
+            if self.merge is None:
+                self.merge = OffsetMerge(r.offset)
+            elif self.next_offset is not None and r.offset > self.next_offset:
+                # Offsets the log does not hold (compaction, transaction markers): nothing to deliver.
+                self.merge.ack_range(self.next_offset, r.offset)
+                self.dirty = True
+            self.next_offset = r.offset + 1
+            if self.merge.is_acked(r.offset):
+                continue
+            self.window.add(r)
+            self.buffered_bytes += r.size
+        if eof is not None:
+            if self.merge is None:
+                self.merge = OffsetMerge(eof)
+                self.dirty = True
+            elif self.next_offset is not None and eof > self.next_offset:
+                self.merge.ack_range(self.next_offset, eof)
+                self.dirty = True
+            self.next_offset = max(self.next_offset or 0, eof)
+            self.high_watermark = eof
+        if high_watermark is not None:
+            self.high_watermark = max(self.high_watermark or 0, high_watermark)
+        self.pump()
+
+    def update(self, sub: Subscription) -> None:
+        self.sub = sub
+        self.policy = RetryPolicy(sub.retry)
+        if (sub.ordering, sub.max_in_flight) != (self.window.ordering, self.window.max_in_flight):
+            self.window.reconfigure(sub.ordering, sub.max_in_flight)
+        self.pump()
+
+    # --- dispatch ------------------------------------------------------------------------
+
+    def pump(self) -> None:
+        if not self.closing and self.sub.state == "active":
+            for record in self.window.take():
+                task = asyncio.create_task(self._deliver(record))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        full = self.window.pending >= self._ctx.prefetch_records or self.buffered_bytes >= self._ctx.prefetch_bytes
+        if full and not self._fetch_paused:
+            self._fetch_paused = True
+            self._pause_fetch()
+        elif self._fetch_paused and not full and self.window.pending <= self._ctx.prefetch_records // 2:
+            self._fetch_paused = False
+            self._resume_fetch()
+
+    async def _deliver(self, record: Record) -> None:
+        m = self._ctx.metrics
+        attempt = 0
+        dead = False
+        m.in_flight.labels(**self._labels).inc()
+        try:
+            while True:
+                await self._ctx.lease.wait()
+                attempt += 1
+                if attempt > 1:
+                    self.retried += 1
+                    m.retried.labels(**self._labels).inc()
+                started = time.monotonic()
+                result = await self._ctx.client.push(self.sub, record, attempt)
+                m.push_latency.labels(**self._labels).observe(time.monotonic() - started)
+                if result.status is not None:
+                    wait_s = parse_retry_after(result.retry_after, time.time())
+                    decision = self.policy.after_status(attempt, result.status, wait_s)
+                else:
+                    decision = self.policy.after_error(attempt, result.error or "no answer")
+                if decision.action == "ack":
+                    break
+                if decision.action == "dead_letter":
+                    await self._dead_letter(record, decision.reason, attempt)
+                    dead = True
+                    break
+                _log.info(
+                    "push.retry",
+                    subscription=self.sub.name,
+                    topic=record.topic,
+                    partition=record.partition,
+                    offset=record.offset,
+                    attempt=attempt,
+                    delay_s=round(decision.delay_s, 3),
+                    reason=decision.reason,
+                )
+                await asyncio.sleep(decision.delay_s)
+        finally:
+            m.in_flight.labels(**self._labels).dec()
+        self._acknowledged(record, dead)
+
+    async def _dead_letter(self, record: Record, reason: str, attempts: int) -> None:
+        delay_s = 0.5
+        while True:
+            try:
+                await self._ctx.dead_letters.send(self.sub.dead_letter_topic, record, reason, attempts)
+                return
+            except ProduceFailed as exc:
+                # Not acknowledged until the dead letter is safe: keep trying, holding only this key.
+                _log.error("dead_letter.failed", subscription=self.sub.name, offset=record.offset, error=str(exc))
+                await asyncio.sleep(delay_s)
+                delay_s = min(delay_s * 2, 30)
+
+    def _acknowledged(self, record: Record, dead: bool) -> None:
+        assert self.merge is not None
+        self.merge.ack(record.offset)
+        self.window.finish(record)
+        self.buffered_bytes -= record.size
+        self.dirty = True
+        if dead:
+            self.dead_lettered += 1
+            self._ctx.metrics.dead_lettered.labels(**self._labels).inc()
+        else:
+            self.delivered += 1
+            self._ctx.metrics.delivered.labels(**self._labels).inc()
+        self.pump()
+
+    # --- state and shutdown --------------------------------------------------------------
+
+    def state(self) -> OffsetState | None:
+        if self.merge is None:
+            return None
+        return OffsetState(
+            committed=self.merge.committed,
+            acked=self.merge.acked,
+            epoch=self.epoch,
+            worker=self._ctx.worker_id,
+            ts=int(time.time() * 1000),
+        )
+
+    async def release(self, drain_timeout_s: float) -> None:
+        """Stop starting pushes; give in-flight ones up to the drain timeout; abandon the rest
+        (they stay unacknowledged and the next owner delivers them)."""
+        self.closing = True
+        self.window.clear()
+        if self._tasks:
+            _, still = await asyncio.wait(set(self._tasks), timeout=drain_timeout_s)
+            if still:
+                _log.warning("partition.drain_timeout", key=self.ref.key(), abandoned=len(still))
+                await self._cancel(still)
+
+    async def fence(self) -> None:
+        self.closing = True
+        self.window.clear()
+        await self._cancel(set(self._tasks))
+
+    @staticmethod
+    async def _cancel(tasks: set[asyncio.Task[None]]) -> None:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def stats(self) -> dict[str, Any]:
+        committed = self.merge.committed if self.merge is not None else None
+        hw = self.high_watermark
+        return {
+            "subscription": self.ref.subscription,
+            "topic": self.ref.topic,
+            "partition": self.ref.partition,
+            "epoch": self.epoch,
+            "committed": committed,
+            "high_watermark": hw,
+            "lag": max(0, hw - committed) if hw is not None and committed is not None else None,
+            "in_flight": self.window.in_flight,
+            "buffered": self.window.pending,
+            "acked_ranges": self.merge.gaps if self.merge is not None else 0,
+            "delivered": self.delivered,
+            "retried": self.retried,
+            "dead_lettered": self.dead_lettered,
+        }

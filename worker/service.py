@@ -1,0 +1,79 @@
+"""``ferry worker``: the long-running worker process.
+
+Starts the engine and its health/metrics server, then takes partitions from the source: a
+static assignment file when given, else ZooKeeper (the coordinator's assignments). SIGTERM or
+SIGINT drains gracefully: the source stops taking work (under ZooKeeper it deregisters first so
+the leader moves the partitions), every partition is released (in-flight pushes get the drain
+timeout, offset state is flushed), and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from ferry import health, log
+from ferry.config import Settings
+from worker.engine import Engine
+
+_log = log.get_logger(__name__)
+
+
+def _runner() -> asyncio.Runner:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        return asyncio.Runner()
+    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+
+
+def main(settings: Settings, assignment_file: str | None = None) -> int:
+    with _runner() as runner:
+        return runner.run(serve(settings, assignment_file))
+
+
+async def serve(settings: Settings, assignment_file: str | None = None) -> int:
+    worker_id = settings.worker.resolved_id()
+    engine = Engine(settings, worker_id)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    source_ready = asyncio.Event()
+    http, port = await health.start(
+        settings.metrics_host,
+        settings.worker.metrics_port,
+        engine.metrics.registry,
+        ready=lambda: engine.started and source_ready.is_set(),
+        service="worker",
+        json_routes={"/stats": lambda: {"worker": worker_id, "partitions": engine.stats()}},
+    )
+    _log.info("worker.starting", worker=worker_id, metrics_port=port, static=bool(assignment_file))
+    try:
+        await engine.start()
+        if assignment_file:
+            from worker import static_source
+
+            source = asyncio.create_task(static_source.run(engine, assignment_file, stop))
+            source_ready.set()
+        else:
+            from worker import zk_source
+
+            source = asyncio.create_task(
+                zk_source.run(engine, settings, worker_id, stop, metrics_url=f"http://{settings.metrics_host}:{port}")
+            )
+            source_ready.set()
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({source, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if source in done and source.exception() is not None:
+            stopper.cancel()
+            raise source.exception()  # type: ignore[misc]
+        stop.set()
+        await source
+        stopper.cancel()
+        _log.info("worker.draining", worker=worker_id, partitions=len(engine.owned()))
+        await engine.stop()
+        return 0
+    finally:
+        await http.cleanup()
+        _log.info("worker.stopped", worker=worker_id)

@@ -1,0 +1,77 @@
+"""Static assignment source: ``ferry worker --assignment FILE``.
+
+For running a worker without ZooKeeper (tests, a single-node setup, debugging an endpoint).
+The file is JSON::
+
+    {"subscriptions": [<subscription document>, ...],
+     "partitions": [{"subscription": "s", "topic": "t", "partition": 0}, ...]}
+
+``partitions`` is optional: without it the worker owns every partition of every topic of every
+active subscription. No fencing: two workers given the same file would both push; use the
+coordinator for anything with more than one worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from ferry import kafka, log
+from ferry.errors import ConfigError, ValidationError
+from ferry.subscription import PartitionRef, Subscription, parse
+from worker.engine import Engine
+
+_log = log.get_logger(__name__)
+
+
+def load(path: str) -> tuple[dict[str, Subscription], list[PartitionRef] | None]:
+    try:
+        doc: Any = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError("--assignment", f"file {path} does not exist") from None
+    except ValueError as exc:
+        raise ConfigError("--assignment", f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("subscriptions"), list):
+        raise ConfigError("--assignment", f"{path} must be an object with a 'subscriptions' list")
+    subs: dict[str, Subscription] = {}
+    for i, raw in enumerate(doc["subscriptions"]):
+        try:
+            sub = parse(raw)
+        except ValidationError as exc:
+            raise ConfigError("--assignment", f"{path}: subscriptions.{i}.{exc.field}: {exc.message}") from None
+        subs[sub.name] = sub
+    parts = doc.get("partitions")
+    if parts is None:
+        return subs, None
+    refs: list[PartitionRef] = []
+    for i, p in enumerate(parts):
+        try:
+            ref = PartitionRef(str(p["subscription"]), str(p["topic"]), int(p["partition"]))
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError("--assignment", f"{path}: partitions.{i} needs subscription, topic, partition") from None
+        if ref.subscription not in subs:
+            raise ConfigError("--assignment", f"{path}: partitions.{i} names unknown subscription {ref.subscription!r}")
+        refs.append(ref)
+    return subs, refs
+
+
+async def run(engine: Engine, path: str, stop: asyncio.Event) -> None:
+    subs, refs = load(path)
+    if refs is None:
+        topics = {t for s in subs.values() for t in s.topics}
+        counts = await asyncio.to_thread(kafka.partition_counts, engine.settings.kafka.client_config(), topics)
+        refs = [
+            PartitionRef(s.name, t, p)
+            for s in subs.values()
+            if s.state == "active"
+            for t in s.topics
+            for p in range(counts.get(t, 0))
+        ]
+        missing = sorted(topics - counts.keys())
+        if missing:
+            _log.warning("assignment.missing_topics", topics=missing)
+    await asyncio.gather(*(engine.acquire(ref, subs[ref.subscription], None) for ref in refs))
+    _log.info("assignment.loaded", path=path, partitions=len(refs))
+    await stop.wait()
