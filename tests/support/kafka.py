@@ -25,7 +25,9 @@ def produce(
     headers: list[tuple[str, bytes]] | None = None,
 ) -> int:
     """Produce (key, value, partition) records; returns how many."""
-    p = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    p = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, "message.max.bytes": 2_000_000}
+    )
     n = 0
     for key, value, partition in records:
         while True:
