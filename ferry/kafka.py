@@ -81,15 +81,19 @@ def read_to_end(
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
             "fetch.queue.backoff.ms": 10,
+            "fetch.wait.max.ms": 10,
         }
     )
-    counts = partition_counts(client_config, [topic], timeout_s=min(timeout_s, 10.0))
-    if topic not in counts:
-        return {}
     consumer = Consumer(cfg)
     ends: dict[int, int] = {}
     try:
-        parts = range(counts[topic])
+        try:
+            meta = consumer.list_topics(topic, timeout=min(timeout_s, 10.0)).topics.get(topic)
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"cannot read metadata of {topic!r}: {exc}") from None
+        if meta is None or meta.error is not None or not meta.partitions:
+            return {}
+        parts = range(len(meta.partitions))
         consumer.assign([TopicPartition(topic, p, (start or {}).get(p, OFFSET_BEGINNING)) for p in parts])
         waiting = set(parts)
         deadline = time.monotonic() + timeout_s

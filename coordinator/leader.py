@@ -1,0 +1,229 @@
+"""Leader: while elected, keeps ``assignments/<worker>`` equal to the plan for the current world.
+
+Use case: exactly one coordinator (elected with kazoo's Election recipe) decides who owns
+which partition. Any number of standbys wait in the election; when the leader's session ends,
+the next one takes over within the session timeout and starts from the assignments already in
+ZooKeeper, so nothing moves just because the leader changed.
+
+Inputs, each watched or polled: live workers (children of ``workers/``), subscriptions (the
+catalog; ``subscriptions-changed`` wakes the leader at once), partition counts of every
+subscribed topic and retry topic (polled). Output: per worker the partitions it owns plus the
+subscription documents it needs, written only when they change. The leader never touches
+partition ownership itself: workers hand partitions over through ``owner``/``epoch`` (see
+``worker.zk_source``), so even two leaders for a moment cannot make two workers push one partition.
+
+States: standby → leading (reconcile on every change, at least every poll interval) → standby
+(session lost or stopping: ``run()`` returns and the election moves on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+
+from coordinator.catalog import Catalog
+from coordinator.metrics import CoordinatorMetrics
+from coordinator.planner import moves, plan
+from ferry import kafka, log, zkpaths
+from ferry.config import Settings
+from ferry.subscription import PartitionRef, Subscription
+
+_log = log.get_logger(__name__)
+
+
+class Leader:
+    def __init__(
+        self, zk: KazooClient, settings: Settings, coordinator_id: str, catalog: Catalog, metrics: CoordinatorMetrics
+    ) -> None:
+        self.zk = zk
+        self.settings = settings
+        self.cluster = settings.cluster
+        self.id = coordinator_id
+        self.catalog = catalog
+        self.metrics = metrics
+        self.stopping = threading.Event()
+        self._dirty = threading.Event()
+        self._term = 0
+        self._counts: dict[str, int] = {}
+        self._counts_at = 0.0
+        self._written: dict[str, Any] = {}
+        self.current: dict[PartitionRef, str] = {}
+        self.leading = False
+
+    # --- election callback (runs in the election thread) ---------------------------------
+
+    def run(self) -> None:
+        self._term += 1
+        term = self._term
+        self.leading = True
+        self.metrics.leader_changes.inc()
+        self.metrics.is_leader.set(1)
+        _log.info("leader.elected", coordinator=self.id, term=term)
+        lost = threading.Event()
+
+        def on_state(state: str) -> bool:
+            if state == KazooState.LOST:
+                lost.set()
+                self._dirty.set()
+                return True  # remove this listener
+            return False
+
+        self.zk.add_listener(on_state)
+        try:
+            self._publish_leader()
+            self.current = self._read_assignments()
+            self._written = {}
+
+            def wake_workers(_children: list[str]) -> bool:
+                self._dirty.set()
+                return self._term == term and self.leading
+
+            def wake_subscriptions(_data: bytes | None, _stat: Any) -> bool:
+                self.catalog.invalidate()
+                self._dirty.set()
+                return self._term == term and self.leading
+
+            self.zk.ensure_path(zkpaths.workers(self.cluster))
+            self.zk.ensure_path(zkpaths.subscriptions_changed(self.cluster))
+            self.zk.ChildrenWatch(zkpaths.workers(self.cluster), wake_workers)
+            self.zk.DataWatch(zkpaths.subscriptions_changed(self.cluster), wake_subscriptions)
+            poll_s = min(self.settings.coordinator.subscription_poll_ms, self.settings.coordinator.topic_poll_ms) / 1000
+            while not self.stopping.is_set() and not lost.is_set():
+                self._dirty.wait(poll_s)
+                self._dirty.clear()
+                if self.stopping.is_set() or lost.is_set():
+                    break
+                if self.zk.state != KazooState.CONNECTED:
+                    continue
+                try:
+                    self.reconcile()
+                except KazooException as exc:
+                    _log.warning("leader.reconcile_failed", error=repr(exc))
+                    time.sleep(0.2)
+                    self._dirty.set()
+        finally:
+            self.leading = False
+            self.metrics.is_leader.set(0)
+            self.zk.remove_listener(on_state)
+            _log.info("leader.stepped_down", coordinator=self.id, term=term)
+
+    def _publish_leader(self) -> None:
+        doc = json.dumps(
+            {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "since": int(time.time() * 1000)}
+        )
+        path = zkpaths.leader(self.cluster)
+        try:
+            self.zk.create(path, doc.encode(), ephemeral=True, makepath=True)
+        except NodeExistsError:
+            # The previous leader's ephemeral node lingers until its session ends: replace it.
+            self.zk.delete(path)
+            self.zk.create(path, doc.encode(), ephemeral=True, makepath=True)
+
+    def _read_assignments(self) -> dict[PartitionRef, str]:
+        out: dict[PartitionRef, str] = {}
+        base = zkpaths.assignments(self.cluster)
+        try:
+            children = self.zk.get_children(base)
+        except NoNodeError:
+            return out
+        for worker_id in children:
+            try:
+                raw, _ = self.zk.get(f"{base}/{worker_id}")
+                doc = json.loads(raw or b"{}")
+            except (NoNodeError, ValueError):
+                continue
+            for p in doc.get("partitions", []):
+                out[PartitionRef(p["subscription"], p["topic"], int(p["partition"]))] = worker_id
+        return out
+
+    # --- one planning round ----------------------------------------------------------------
+
+    def reconcile(self) -> None:
+        workers = self._workers()
+        subs = self.catalog.get()
+        if subs is None:
+            _log.warning("leader.no_catalog", hint="the metadata database has not been readable since start")
+            return
+        active = {s.name: s for s in subs if s.state == "active"}
+        counts = self._partition_counts(active.values())
+        partitions: dict[PartitionRef, float] = {}
+        for s in active.values():
+            for topic in (*s.topics, s.retry_topic):
+                for p in range(counts.get(topic, 0)):
+                    partitions[PartitionRef(s.name, topic, p)] = 1.0
+        new = plan(workers, partitions, self.current)
+        moved = moves(self.current, new)
+        self._write(workers, new, active)
+        if moved or set(new) != set(self.current):
+            self.metrics.rebalances.inc()
+            self.metrics.partitions_moved.inc(len(moved))
+            _log.info("leader.rebalanced", workers=len(workers), partitions=len(new), moved=len(moved))
+        self.current = new
+        self.metrics.partitions.set(len(new))
+        self.metrics.workers.set(len(workers))
+
+    def _workers(self) -> dict[str, float]:
+        base = zkpaths.workers(self.cluster)
+        out: dict[str, float] = {}
+        for worker_id in self.zk.get_children(base):
+            try:
+                raw, _ = self.zk.get(f"{base}/{worker_id}")
+                capacity = float(json.loads(raw or b"{}").get("capacity", 1.0))
+            except NoNodeError:
+                continue
+            except (ValueError, TypeError):
+                capacity = 1.0
+            out[worker_id] = capacity
+        return out
+
+    def _partition_counts(self, subs: Any) -> dict[str, int]:
+        topics = {t for s in subs for t in (*s.topics, s.retry_topic)}
+        stale = time.monotonic() - self._counts_at >= self.settings.coordinator.topic_poll_ms / 1000
+        if stale or not topics <= set(self._counts) | self._missing:
+            try:
+                self._counts = kafka.partition_counts(self.settings.kafka.client_config(), topics)
+                self._missing = topics - set(self._counts)
+                self._counts_at = time.monotonic()
+            except kafka.KafkaUnavailable as exc:
+                _log.error("leader.kafka_unavailable", error=str(exc))
+        return self._counts
+
+    _missing: set[str] = set()
+
+    def _write(
+        self, workers: dict[str, float], assignment: dict[PartitionRef, str], subs: dict[str, Subscription]
+    ) -> None:
+        base = zkpaths.assignments(self.cluster)
+        per_worker: dict[str, list[PartitionRef]] = {w: [] for w in workers}
+        for ref, w in assignment.items():
+            per_worker[w].append(ref)
+        for w, refs in per_worker.items():
+            refs.sort()
+            names = sorted({r.subscription for r in refs})
+            doc = {
+                "partitions": [
+                    {"subscription": r.subscription, "topic": r.topic, "partition": r.partition} for r in refs
+                ],
+                "subscriptions": {n: subs[n].to_doc(mask_secrets=False) for n in names},
+            }
+            if self._written.get(w) == doc:
+                continue
+            data = json.dumps({"generation": int(time.time() * 1000), **doc}, separators=(",", ":")).encode()
+            path = f"{base}/{w}"
+            try:
+                self.zk.set(path, data)
+            except NoNodeError:
+                self.zk.create(path, data, makepath=True)
+            self._written[w] = doc
+        for w in set(self.zk.get_children(base)) - set(workers):
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(f"{base}/{w}")
+            self._written.pop(w, None)

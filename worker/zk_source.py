@@ -1,0 +1,339 @@
+"""ZooKeeper source: the worker side of coordination and of the fenced handoff.
+
+Use case: ``ferry worker`` without ``--assignment``. The worker registers an ephemeral
+``workers/<id>``, watches ``assignments/<id>`` (written by the leader) and makes its engine own
+exactly the partitions listed there.
+
+Handoff of a partition P, from this worker's point of view:
+
+- *taking* P: wait until ``partitions/../P/owner`` does not exist (the previous owner released P,
+  or its session died), then in one ZooKeeper transaction bump ``epoch`` with compare-and-set and
+  create the ephemeral ``owner``; then ``engine.acquire(P, epoch)`` restores its offset state.
+  Two workers can never both win the transaction, and offset state written by a lower epoch is
+  ignored on restore.
+- *releasing* P: ``engine.release(P)`` (stop fetching, drain in-flight up to the drain timeout,
+  flush offset state), then delete ``owner``, which wakes the next owner's watch at once.
+
+Session states:
+
+- CONNECTED: a heartbeat renews the engine's lease (``set_lease``) every session_timeout/4, with
+  a deadline of heartbeat start + 0.8 × session timeout: the server cannot have expired the
+  session before then. A frozen process (``kill -STOP``) finds its lease expired on waking and
+  starts no push until ZooKeeper has answered again.
+- SUSPENDED (connection lost, session maybe alive): nothing is dropped; the lease simply stops
+  being renewed.
+- LOST (session expired): ``engine.fence()`` at once — the ephemeral owners are gone and others
+  may own the partitions now; then register again with the new session and take afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.retry import KazooRetry
+
+from ferry import log, zkpaths
+from ferry.config import Settings
+from ferry.subscription import PartitionRef, Subscription, from_trusted
+from worker.engine import Engine
+
+_log = log.get_logger(__name__)
+STATS_INTERVAL_S = 1.0
+
+
+def make_client(settings: Settings) -> KazooClient:
+    """One retry policy for every ZooKeeper call of a service: retry connection forever, commands a little."""
+    return KazooClient(
+        hosts=settings.zookeeper.connect,
+        timeout=settings.zookeeper.session_timeout_ms / 1000,
+        connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0),
+        command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
+    )
+
+
+class ZkSource:
+    def __init__(self, engine: Engine, settings: Settings, worker_id: str, metrics_url: str | None = None) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.worker_id = worker_id
+        self.cluster = settings.cluster
+        self.metrics_url = metrics_url
+        self.zk = make_client(settings)
+        self.session_s = settings.zookeeper.session_timeout_ms / 1000
+        self.desired: dict[PartitionRef, Subscription] = {}
+        self.owned: dict[PartitionRef, int] = {}  # acquired, with epoch
+        self.taking: dict[PartitionRef, asyncio.Task[None]] = {}
+        self.releasing: dict[PartitionRef, asyncio.Task[None]] = {}
+        self._subs: dict[str, Subscription] = {}
+        self._wake = asyncio.Event()
+        self._background: set[asyncio.Task[None]] = set()
+        self._lost = False
+        self._stopping = False
+        self.registered = False
+
+    # --- kazoo thread → event loop -------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _watch_event(self) -> tuple[asyncio.Event, Callable[[Any], None]]:
+        """An event set (on the loop) when a one-shot ZooKeeper watch fires (on kazoo's thread)."""
+        event = asyncio.Event()
+
+        def fired(_event: Any) -> None:
+            self.loop.call_soon_threadsafe(event.set)
+
+        return event, fired
+
+    def _on_state(self, state: str) -> None:
+        self.loop.call_soon_threadsafe(self._state_changed, state)
+
+    def _state_changed(self, state: str) -> None:
+        _log.info("zk.state", worker=self.worker_id, state=state)
+        if state == KazooState.LOST:
+            self._lost = True
+            self.registered = False
+            self._spawn(self._fence())
+        self._wake.set()
+
+    def _on_assignment(self, data: bytes | None, _stat: Any) -> None:
+        self.loop.call_soon_threadsafe(self._assignment_changed, data)
+
+    def _assignment_changed(self, data: bytes | None) -> None:
+        doc = json.loads(data) if data else {}
+        subs = {name: from_trusted(d) for name, d in (doc.get("subscriptions") or {}).items()}
+        desired = {}
+        for p in doc.get("partitions") or []:
+            ref = PartitionRef(p["subscription"], p["topic"], int(p["partition"]))
+            if ref.subscription in subs:
+                desired[ref] = subs[ref.subscription]
+        changed = [s for name, s in subs.items() if self._subs.get(name) not in (None, s)]
+        self._subs = subs
+        self.desired = desired
+        for sub in changed:
+            self._spawn(self.engine.update_subscription(sub))
+        self._wake.set()
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.zk.add_listener(self._on_state)
+        await asyncio.to_thread(self.zk.start, 30)
+        await self._register()
+        self.zk.DataWatch(zkpaths.assignment(self.cluster, self.worker_id), self._on_assignment)
+        background = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._publish_stats())]
+        try:
+            while not stop.is_set():
+                waiter = asyncio.create_task(self._wake.wait())
+                stopper = asyncio.create_task(stop.wait())
+                await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                stopper.cancel()
+                self._wake.clear()
+                if stop.is_set():
+                    break
+                if self._lost and self.zk.state == KazooState.CONNECTED:
+                    self._lost = False
+                    await self._register()
+                self._reconcile()
+        finally:
+            self._stopping = True
+            for t in background:
+                t.cancel()
+            await self._shutdown()
+
+    async def _register(self) -> None:
+        path = zkpaths.worker(self.cluster, self.worker_id)
+        doc = {
+            "id": self.worker_id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": int(time.time() * 1000),
+            "capacity": 1.0,
+            "metrics_url": self.metrics_url,
+        }
+        while True:
+            try:
+                await asyncio.to_thread(self.zk.create, path, json.dumps(doc).encode(), ephemeral=True, makepath=True)
+                break
+            except NodeExistsError:
+                # A previous process with this id: its session has not expired yet. Wait for it.
+                gone, fired = self._watch_event()
+                stat = await asyncio.to_thread(self.zk.exists, path, watch=fired)
+                if stat is not None and stat.ephemeralOwner == self.zk.client_id[0]:
+                    break
+                if stat is not None:
+                    _log.warning("worker.id_in_use", worker=self.worker_id, wait_s=self.session_s)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(gone.wait(), self.session_s * 2)
+        self.registered = True
+        _log.info("worker.registered", worker=self.worker_id)
+
+    def _reconcile(self) -> None:
+        if self._lost or self._stopping:
+            return
+        for ref in list(self.desired):
+            if ref not in self.owned and ref not in self.taking and ref not in self.releasing:
+                self.taking[ref] = asyncio.create_task(self._take(ref))
+        for ref in list(self.taking):
+            if ref not in self.desired:
+                self.taking.pop(ref).cancel()
+        for ref in list(self.owned):
+            if ref not in self.desired and ref not in self.releasing:
+                self.releasing[ref] = asyncio.create_task(self._release(ref))
+
+    # --- take and release ----------------------------------------------------------------
+
+    async def _take(self, ref: PartitionRef) -> None:
+        owner = zkpaths.owner(self.cluster, *ref)
+        try:
+            while ref in self.desired and not self._lost:
+                seen = time.monotonic()
+                epoch = await asyncio.to_thread(self._try_take, ref)
+                if epoch is not None:
+                    self.owned[ref] = epoch
+                    try:
+                        await self.engine.acquire(ref, self.desired[ref], epoch)
+                    except Exception as exc:
+                        # Could not restore (Kafka down?): give the partition back and try again later.
+                        _log.error("handoff.acquire_failed", key=ref.key(), error=str(exc))
+                        self.owned.pop(ref, None)
+                        await asyncio.to_thread(self._drop_owner, ref)
+                        self.loop.call_later(1.0, self._wake.set)
+                        return
+                    _log.info(
+                        "handoff.taken", key=ref.key(), epoch=epoch, wait_ms=int((time.monotonic() - seen) * 1000)
+                    )
+                    return
+                gone, fired = self._watch_event()
+                stat = await asyncio.to_thread(self.zk.exists, owner, watch=fired)
+                if stat is not None:
+                    # Bounded: the watch fires on deletion; the timeout only guards a lost watch.
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(gone.wait(), self.session_s)
+        except KazooException as exc:
+            _log.warning("handoff.take_failed", key=ref.key(), error=repr(exc))
+            self.loop.call_later(0.5, self._wake.set)
+        finally:
+            self.taking.pop(ref, None)
+
+    def _try_take(self, ref: PartitionRef) -> int | None:
+        """Blocking. Bump the epoch and create the owner atomically; None if someone owns it."""
+        epoch_path = zkpaths.epoch(self.cluster, *ref)
+        owner_path = zkpaths.owner(self.cluster, *ref)
+        try:
+            data, stat = self.zk.get(owner_path)
+            if stat.ephemeralOwner == self.zk.client_id[0]:
+                return int(json.loads(data)["epoch"])  # already ours in this session
+            return None
+        except NoNodeError:
+            pass
+        try:
+            raw, stat = self.zk.get(epoch_path)
+        except NoNodeError:
+            with contextlib.suppress(NodeExistsError):
+                self.zk.create(epoch_path, b"0", makepath=True)
+            raw, stat = self.zk.get(epoch_path)
+        epoch = int(raw or b"0") + 1
+        owner = {"worker": self.worker_id, "epoch": epoch, "since": int(time.time() * 1000)}
+        tx = self.zk.transaction()
+        tx.set_data(epoch_path, str(epoch).encode(), version=stat.version)
+        tx.create(owner_path, json.dumps(owner).encode(), ephemeral=True)
+        results = tx.commit()
+        if any(isinstance(r, Exception) for r in results):
+            return None
+        return epoch
+
+    async def _release(self, ref: PartitionRef) -> None:
+        started = time.monotonic()
+        try:
+            await self.engine.release(ref)
+            epoch = self.owned.pop(ref, None)
+            await asyncio.to_thread(self._drop_owner, ref)
+            _log.info(
+                "handoff.released", key=ref.key(), epoch=epoch, release_ms=int((time.monotonic() - started) * 1000)
+            )
+        except KazooException as exc:
+            _log.warning("handoff.release_failed", key=ref.key(), error=repr(exc))
+        finally:
+            self.releasing.pop(ref, None)
+            self._wake.set()
+
+    def _drop_owner(self, ref: PartitionRef) -> None:
+        path = zkpaths.owner(self.cluster, *ref)
+        try:
+            _, stat = self.zk.get(path)
+            if stat.ephemeralOwner == self.zk.client_id[0]:
+                self.zk.delete(path, version=stat.version)
+        except NoNodeError:
+            pass
+
+    async def _fence(self) -> None:
+        for t in list(self.taking.values()):
+            t.cancel()
+        self.owned.clear()
+        await self.engine.fence()
+
+    # --- lease and stats -----------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        path = zkpaths.worker(self.cluster, self.worker_id)
+        while True:
+            started = time.monotonic()
+            try:
+                if self.registered and self.zk.state == KazooState.CONNECTED:
+                    await asyncio.to_thread(self.zk.exists, path)
+                    self.engine.set_lease(started + 0.8 * self.session_s)
+            except KazooException:
+                pass  # no renewal: the lease runs out on its own
+            await asyncio.sleep(self.session_s / 4)
+
+    async def _publish_stats(self) -> None:
+        path = zkpaths.worker_stats(self.cluster, self.worker_id)
+        while True:
+            await asyncio.sleep(STATS_INTERVAL_S)
+            if not self.registered:
+                continue
+            doc = json.dumps({"ts": int(time.time() * 1000), "partitions": self.engine.stats()}).encode()
+            try:
+                await asyncio.to_thread(self._put_ephemeral, path, doc)
+            except KazooException as exc:
+                _log.debug("stats.publish_failed", error=repr(exc))
+
+    def _put_ephemeral(self, path: str, data: bytes) -> None:
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, ephemeral=True, makepath=True)
+
+    async def _shutdown(self) -> None:
+        """Deregister first (the leader moves the partitions), then release each gracefully."""
+        with contextlib.suppress(KazooException):
+            await asyncio.to_thread(self.zk.delete, zkpaths.worker(self.cluster, self.worker_id))
+        self.desired = {}
+        for t in list(self.taking.values()):
+            t.cancel()
+        refs = [r for r in self.owned if r not in self.releasing]
+        for ref in refs:
+            self.releasing[ref] = asyncio.create_task(self._release(ref))
+        await asyncio.gather(*self.releasing.values(), return_exceptions=True)
+        await asyncio.to_thread(self.zk.stop)
+        await asyncio.to_thread(self.zk.close)
+
+
+async def run(
+    engine: Engine, settings: Settings, worker_id: str, stop: asyncio.Event, metrics_url: str | None = None
+) -> None:
+    await ZkSource(engine, settings, worker_id, metrics_url).run(stop)
