@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import secrets
 import signal
 import time
@@ -46,7 +47,7 @@ def max_gaps(received: list[Received], since: float, until_t: float) -> dict[int
         seen.add(r.ce_id)
         if since <= r.at <= until_t:
             times[r.partition].append(r.at)
-    return {p: max((b - a for a, b in zip(ts, ts[1:], strict=False)), default=0.0) for p, ts in times.items()}
+    return {p: max((b - a for a, b in itertools.pairwise(ts)), default=0.0) for p, ts in times.items()}
 
 
 def check_delivery(endpoint: EndpointRecorder, produced: set[tuple[int, int]]) -> Counter[str]:
@@ -76,7 +77,6 @@ def test_balance_join_and_graceful_leave(cluster: Cluster, endpoint: EndpointRec
         assert 5 <= len(moved) <= 7, f"{len(moved)} partitions moved for one joining worker"
         assert all(after[p] == "w4" for p in moved)
         until(lambda: set(cluster.owners("co", topic, PARTS).values()) == set(workers), timeout_s=30, what="w4 owns")
-        time.sleep_until = None
         until(lambda: time.time() > joined_at + 4, timeout_s=10, what="4 s of load after the join")
         gaps = max_gaps(endpoint.snapshot(), joined_at, time.time())
         moved_parts = {p[2] for p in moved}
@@ -104,7 +104,7 @@ def test_kill_9_worker_and_leader(cluster: Cluster, endpoint: EndpointRecorder) 
     topic = f"kill-{secrets.token_hex(3)}"
     create_topic(cluster.bootstrap, topic, 6)
     cluster.add_subscription({"name": "kill", "topics": [topic], "endpoint": {"url": endpoint.url}, "max_in_flight": 8})
-    c1 = cluster.coordinator("coord1")
+    cluster.coordinator("coord1")
     cluster.coordinator("coord2")
     w = {n: cluster.worker(n) for n in ("w1", "w2", "w3")}
     until(lambda: len(set(cluster.owners("kill", topic, 6).values()) - {None}) == 3, timeout_s=30, what="3 owners")
@@ -130,7 +130,6 @@ def test_kill_9_worker_and_leader(cluster: Cluster, endpoint: EndpointRecorder) 
         until(lambda: cluster.leader() not in (None, leader_pid), timeout_s=15, what="a new leader")
         n = len(endpoint.snapshot())
         endpoint.wait_for(lambda rs: len(rs) > n + 200, timeout_s=15, what="delivery continues under the new leader")
-        assert c1 is not None
     finally:
         produced = load.stop()
     counts = check_delivery(endpoint, produced)
@@ -144,7 +143,7 @@ def test_stopped_worker_is_fenced(cluster: Cluster, endpoint: EndpointRecorder) 
     create_topic(cluster.bootstrap, topic, 4)
     cluster.add_subscription({"name": "fence", "topics": [topic], "endpoint": {"url": endpoint.url}})
     cluster.coordinator()
-    w1, w2 = cluster.worker("w1"), cluster.worker("w2")
+    w1, _w2 = cluster.worker("w1"), cluster.worker("w2")
     until(lambda: set(cluster.owners("fence", topic, 4).values()) == {"w1", "w2"}, timeout_s=30, what="2 owners")
     load = Trickle(cluster.bootstrap, topic, 4, rate=100, keys=16).start()
     try:
