@@ -196,10 +196,14 @@ class Engine:
             await asyncio.sleep(interval_s)
             dirty = [r for r in self._runners.values() if r.dirty]
             await asyncio.gather(*(self._write(r) for r in dirty))
+            in_flight: dict[str, int] = {}
             for r in self._runners.values():
                 s = r.stats()
+                in_flight[r.ref.subscription] = in_flight.get(r.ref.subscription, 0) + s["in_flight"]
                 if s["lag"] is not None:
                     self.metrics.lag.labels(r.ref.subscription, r.ref.topic, str(r.ref.partition)).set(s["lag"])
+            for name, n in in_flight.items():
+                self.metrics.in_flight.labels(name).set(n)
 
     async def stop(self, drain_timeout_ms: int | None = None) -> None:
         """Release everything gracefully (drains in parallel), then close the clients."""

@@ -110,7 +110,12 @@ class PartitionRunner:
         self.dirty = False
         self.closing = False
         self._tasks: set[asyncio.Task[None]] = set()
-        self._labels: dict[str, Any] = {"subscription": sub.name}
+        # Metric children resolved once: a labels() lookup per record costs more than the push bookkeeping.
+        m = ctx.metrics
+        self._m_delivered = m.delivered.labels(sub.name)
+        self._m_retried = m.retried.labels(sub.name)
+        self._m_dead = m.dead_lettered.labels(sub.name)
+        self._m_latency = m.push_latency.labels(sub.name)
 
     # --- input ---------------------------------------------------------------------------
 
@@ -168,44 +173,44 @@ class PartitionRunner:
             self._resume_fetch()
 
     async def _deliver(self, record: Record) -> None:
-        m = self._ctx.metrics
+        lease = self._ctx.lease
         attempt = 0
         dead = False
-        m.in_flight.labels(**self._labels).inc()
-        try:
-            while True:
-                await self._ctx.lease.wait()
-                attempt += 1
-                if attempt > 1:
-                    self.retried += 1
-                    m.retried.labels(**self._labels).inc()
-                started = time.monotonic()
-                result = await self._ctx.client.push(self.sub, record, attempt)
-                m.push_latency.labels(**self._labels).observe(time.monotonic() - started)
-                if result.status is not None:
-                    wait_s = parse_retry_after(result.retry_after, time.time())
-                    decision = self.policy.after_status(attempt, result.status, wait_s)
-                else:
-                    decision = self.policy.after_error(attempt, result.error or "no answer")
-                if decision.action == "ack":
-                    break
-                if decision.action == "dead_letter":
-                    await self._dead_letter(record, decision.reason, attempt)
-                    dead = True
-                    break
-                _log.info(
-                    "push.retry",
-                    subscription=self.sub.name,
-                    topic=record.topic,
-                    partition=record.partition,
-                    offset=record.offset,
-                    attempt=attempt,
-                    delay_s=round(decision.delay_s, 3),
-                    reason=decision.reason,
-                )
-                await asyncio.sleep(decision.delay_s)
-        finally:
-            m.in_flight.labels(**self._labels).dec()
+        while True:
+            if not lease.allowed():
+                await lease.wait()
+            attempt += 1
+            if attempt > 1:
+                self.retried += 1
+                self._m_retried.inc()
+            started = time.monotonic()
+            result = await self._ctx.client.push(self.sub, record, attempt)
+            self._m_latency.observe(time.monotonic() - started)
+            status = result.status
+            if status is not None and 200 <= status < 300:
+                break
+            if status is not None:
+                wait_s = parse_retry_after(result.retry_after, time.time())
+                decision = self.policy.after_status(attempt, status, wait_s)
+            else:
+                decision = self.policy.after_error(attempt, result.error or "no answer")
+            if decision.action == "ack":
+                break
+            if decision.action == "dead_letter":
+                await self._dead_letter(record, decision.reason, attempt)
+                dead = True
+                break
+            _log.info(
+                "push.retry",
+                subscription=self.sub.name,
+                topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+                attempt=attempt,
+                delay_s=round(decision.delay_s, 3),
+                reason=decision.reason,
+            )
+            await asyncio.sleep(decision.delay_s)
         self._acknowledged(record, dead)
 
     async def _dead_letter(self, record: Record, reason: str, attempts: int) -> None:
@@ -228,10 +233,10 @@ class PartitionRunner:
         self.dirty = True
         if dead:
             self.dead_lettered += 1
-            self._ctx.metrics.dead_lettered.labels(**self._labels).inc()
+            self._m_dead.inc()
         else:
             self.delivered += 1
-            self._ctx.metrics.delivered.labels(**self._labels).inc()
+            self._m_delivered.inc()
         self.pump()
 
     # --- state and shutdown --------------------------------------------------------------

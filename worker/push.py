@@ -1,30 +1,21 @@
 """Push: one Kafka record → one HTTP POST in CloudEvents binary content mode (CONTRACT section 4).
 
 :func:`cloudevent_headers` is pure and builds exactly the contract's headers. :class:`PushClient`
-is the one small interface the partitions push through: a pooled aiohttp session with
-keep-alive connections per endpoint, a per-request timeout, and a resolver that checks every
-address against the SSRF policy at connect time, so a DNS answer that changed after
-registration cannot reach a refused address.
+is the one small interface the partitions push through, over :mod:`worker.http1` (keep-alive
+pools, per-request timeout, every address checked against the SSRF policy at connect time, so
+a DNS answer that changed after registration cannot reach a refused address).
 """
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
-import socket
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
-from aiohttp.resolver import DefaultResolver
-
 from ferry.errors import EndpointRefused
-from ferry.netguard import EndpointPolicy, IPAddress
+from ferry.netguard import EndpointPolicy
 from ferry.subscription import HEADER_NAME_RE, RESERVED_HEADERS, Subscription
+from worker.http1 import Http1Pool, PushError
 
 CE_TYPE = "dev.ferry.kafka.record"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
@@ -106,79 +97,29 @@ class PushResult:
     error: str | None = None
 
 
-class GuardedResolver(AbstractResolver):
-    """Resolves like aiohttp's default resolver, then refuses addresses the SSRF policy forbids."""
-
-    def __init__(self, policy: EndpointPolicy) -> None:
-        self._inner = DefaultResolver()
-        self._policy = policy
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        results = await self._inner.resolve(host, port, family)
-        addresses: Iterable[IPAddress] = [ipaddress.ip_address(r["host"]) for r in results]
-        self._policy.check_addresses(f"http://{host}:{port}/", host, addresses)
-        return results
-
-    async def close(self) -> None:
-        await self._inner.close()
-
-
 class PushClient:
-    """The push path's HTTP client: one pooled session for the whole worker."""
+    """The push path's HTTP client: one keep-alive pool per endpoint origin for the whole worker."""
 
     def __init__(self, policy: EndpointPolicy, cluster: str, limit_per_host: int = 256) -> None:
         self.cluster = cluster
-        self._policy = policy
-        self._limit_per_host = limit_per_host
-        self._session: aiohttp.ClientSession | None = None
+        self._pool = Http1Pool(policy, max_per_origin=limit_per_host)
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(
-            limit=0,
-            limit_per_host=self._limit_per_host,
-            resolver=GuardedResolver(self._policy),
-            ttl_dns_cache=10,
-            keepalive_timeout=30,
-        )
-        self._session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
-        )
+        return None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        self._pool.close()
 
     async def push(self, sub: Subscription, record: Record, attempt: int) -> PushResult:
-        assert self._session is not None, "PushClient.start() first"
-        headers: dict[str, Any] = dict(sub.endpoint.headers)
-        headers.update(cloudevent_headers(record, self.cluster, sub.name, attempt))
-        timeout = aiohttp.ClientTimeout(total=sub.endpoint.timeout_ms / 1000)
+        headers = cloudevent_headers(record, self.cluster, sub.name, attempt)
+        if sub.endpoint.headers:
+            headers.update(sub.endpoint.headers)
         try:
-            async with self._session.post(
-                sub.endpoint.url,
-                data=record.value or b"",
-                headers=headers,
-                timeout=timeout,
-                allow_redirects=False,
-            ) as resp:
-                # The body is not used. A small one is read so the connection is reused; a large or
-                # endless one must not hold an acknowledged push hostage, so that connection is dropped.
-                if resp.content_length is not None and resp.content_length <= 65536:
-                    await resp.read()
-                else:
-                    resp.close()
-                return PushResult(resp.status, retry_after=resp.headers.get("Retry-After"))
+            answer = await self._pool.post(
+                sub.endpoint.url, headers, record.value or b"", sub.endpoint.timeout_ms / 1000
+            )
         except EndpointRefused as exc:
             return PushResult(None, error=f"refused: {exc}")
-        except TimeoutError:
-            return PushResult(None, error=f"timed out after {sub.endpoint.timeout_ms} ms")
-        except aiohttp.ClientConnectorError as exc:
-            cause = exc.os_error
-            if isinstance(cause, EndpointRefused):
-                return PushResult(None, error=f"refused: {cause}")
-            return PushResult(None, error=f"cannot connect: {exc}")
-        except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
-            return PushResult(None, error=f"{type(exc).__name__}: {exc}")
+        except PushError as exc:
+            return PushResult(None, error=str(exc))
+        return PushResult(answer.status, retry_after=answer.retry_after)

@@ -108,7 +108,7 @@ def test_poison_key_dead_letters_while_other_keys_flow(
         # Other keys were not held back behind the poison key's retries.
         first_bad_done = max(i for i, r in enumerate(got) if r.key == "bad")
         assert sum(1 for r in got[:first_bad_done] if r.key != "bad") > 0
-        dlq = _read_all(kafka_bootstrap, "s2.dlq")
+        dlq = until(lambda: _read_all(kafka_bootstrap, "s2.dlq"), timeout_s=15, what="the dead letter is produced")
         assert len(dlq) == 1
         key, value, headers = dlq[0]
         assert (key, value) == (b"bad", b"poison")

@@ -25,7 +25,7 @@ def test_json_line_with_fields_and_redaction(capsys: pytest.CaptureFixture[str])
     assert doc["name"] == "s1"
     assert doc["level"] == "info"
     text = lines[0]
-    for secret in ("Bearer top", "tok\"", "hunter2"):
+    for secret in ("Bearer top", 'tok"', "hunter2"):
         assert secret not in text
     assert doc["url"] == "mysql+pymysql://ferry:***@db:3306/ferry"
 

@@ -24,7 +24,13 @@ def test_contract_example_decodes() -> None:
     s = decode_value(CONTRACT_EXAMPLE)
     assert s == OffsetState(1200, ((1203, 1210), (1212, 1213)), 7, "worker-2", 1763800000000)
     assert [s.is_acked(o) for o in (1199, 1200, 1203, 1209, 1210, 1212, 1213)] == [
-        True, False, True, True, False, True, False,
+        True,
+        False,
+        True,
+        True,
+        False,
+        True,
+        False,
     ]
 
 

@@ -1,0 +1,67 @@
+"""A trivial push endpoint for benchmarks (own process): acknowledges, counts distinct records, and
+measures record-timestamp → receipt latency from ``ce-time`` (or ``x-ts-ms`` for the baseline)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from datetime import datetime
+
+from aiohttp import web
+
+seen: set[str] = set()
+lat_ms: list[float] = []
+delay_s = 0.0
+
+
+async def hook(request: web.Request) -> web.Response:
+    await request.read()
+    now = time.time() * 1000
+    cid = request.headers.get("ce-id") or request.headers.get("x-id", "")
+    if cid not in seen:
+        seen.add(cid)
+        ts = request.headers.get("x-ts-ms")
+        if ts is not None:
+            lat_ms.append(now - float(ts))
+        elif "ce-time" in request.headers:
+            t = datetime.fromisoformat(request.headers["ce-time"].replace("Z", "+00:00")).timestamp() * 1000
+            lat_ms.append(now - t)
+    if delay_s:
+        await asyncio.sleep(delay_s)
+    return web.Response(status=200)
+
+
+async def stats(_: web.Request) -> web.Response:
+    xs = sorted(lat_ms)
+
+    def pct(q: float) -> float:
+        return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
+
+    return web.json_response({"count": len(seen), "p50_ms": pct(0.5), "p99_ms": pct(0.99)})
+
+
+async def reset(request: web.Request) -> web.Response:
+    global delay_s
+    seen.clear()
+    lat_ms.clear()
+    delay_s = float(request.query.get("delay_s", "0"))
+    return web.json_response({})
+
+
+def main() -> None:
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    app.router.add_get("/stats", stats)
+    app.router.add_post("/reset", reset)
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)
+
+
+if __name__ == "__main__":
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    main()

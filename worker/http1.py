@@ -1,0 +1,226 @@
+"""A lean HTTP/1.1 client for the push path: keep-alive pools on asyncio protocols + httptools.
+
+Why not aiohttp here: the push path sends one small POST per record, and aiohttp spends most of
+a worker's CPU building and tracking each request (measured in bench/delivery.py: aiohttp's
+request machinery was ~60 % of the worker's time). This client does only what pushing needs:
+
+- one pool of keep-alive connections per origin, at most ``max_per_origin`` open;
+- the host is resolved by the client itself, every address is checked against the SSRF policy
+  (:class:`ferry.netguard.EndpointPolicy`) and the connection goes to a checked address; answers
+  are cached ``dns_ttl_s``, so a changed DNS answer is checked again within seconds;
+- a request resolves as soon as the status line and headers arrived: an endpoint that never
+  finishes its body cannot hold an acknowledged push hostage (that connection is dropped
+  instead of reused); 1xx interim answers are skipped; redirects are returned, never followed;
+- any parse error, reset or timeout closes the connection and raises :class:`PushError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections import deque
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httptools
+
+from ferry.errors import FerryError
+from ferry.netguard import EndpointPolicy, resolve
+
+
+class PushError(FerryError):
+    """No HTTP answer: connection refused or reset, garbage answer, timeout."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    status: int
+    retry_after: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A parsed endpoint URL."""
+
+    scheme: str
+    host: str
+    port: int
+    path: bytes
+    host_header: bytes
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        default = (parts.scheme, port) in (("http", 80), ("https", 443))
+        netloc = f"[{host}]" if ":" in host else host
+        host_header = netloc if default else f"{netloc}:{port}"
+        return cls(parts.scheme, host, port, path.encode(), host_header.encode("idna"))
+
+
+class _Conn(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.waiter: asyncio.Future[Answer] | None = None
+        self.retry_after: str | None = None
+        self.complete = True
+        self.keep_alive = True
+        self.closed = False
+        self.idle_since = 0.0
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(PushError(f"invalid HTTP answer: {exc}"))
+            self.close()
+        except httptools.HttpParserUpgrade:
+            self._fail(PushError("endpoint answered with a protocol upgrade"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._fail(PushError(f"connection closed by the endpoint{f': {exc}' if exc else ''}"))
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self.retry_after = None
+        self.complete = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"retry-after":
+            self.retry_after = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:
+            return  # interim answer; the real one follows
+        self.keep_alive = self.parser.should_keep_alive()
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(Answer(status, self.retry_after))
+
+    def on_message_complete(self) -> None:
+        if 100 <= self.parser.get_status_code() < 200:
+            return
+        self.complete = True
+
+    # use
+    def _fail(self, exc: Exception) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(exc)
+
+    def send(self, data: bytes) -> asyncio.Future[Answer]:
+        assert self.transport is not None
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.complete = False
+        self.transport.write(data)
+        return self.waiter
+
+    def reusable(self) -> bool:
+        return not self.closed and self.complete and self.keep_alive
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+class _Origin:
+    def __init__(self, limit: int) -> None:
+        self.idle: deque[_Conn] = deque()
+        self.slots = asyncio.Semaphore(limit)
+        self.addresses: list[str] = []
+        self.resolved_at = -1e9
+
+
+class Http1Pool:
+    def __init__(
+        self, policy: EndpointPolicy, max_per_origin: int = 256, dns_ttl_s: float = 10.0, idle_s: float = 30.0
+    ):
+        self._policy = policy
+        self._limit = max_per_origin
+        self._dns_ttl_s = dns_ttl_s
+        self._idle_s = idle_s
+        self._origins: dict[tuple[str, str, int], _Origin] = {}
+        self._targets: dict[str, Target] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self._rr = 0
+
+    def target(self, url: str) -> Target:
+        t = self._targets.get(url)
+        if t is None:
+            t = self._targets[url] = Target.parse(url)
+        return t
+
+    async def post(self, url: str, headers: dict[str, str], body: bytes, timeout_s: float) -> Answer:
+        t = self.target(url)
+        origin = self._origins.get((t.scheme, t.host, t.port))
+        if origin is None:
+            origin = self._origins[(t.scheme, t.host, t.port)] = _Origin(self._limit)
+        head = [
+            b"POST ",
+            t.path,
+            b" HTTP/1.1\r\nHost: ",
+            t.host_header,
+            b"\r\nContent-Length: ",
+            str(len(body)).encode(),
+        ]
+        for k, v in headers.items():
+            head += (b"\r\n", k.encode("latin-1"), b": ", v.encode("utf-8"))
+        head.append(b"\r\n\r\n")
+        request = b"".join(head) + body
+        async with origin.slots:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    conn = await self._checkout(origin, t)
+                    try:
+                        answer = await conn.send(request)
+                    except BaseException:
+                        conn.close()
+                        raise
+            except TimeoutError:
+                raise PushError(f"no answer within {int(timeout_s * 1000)} ms") from None
+            except OSError as exc:
+                raise PushError(f"cannot connect to {t.host}:{t.port}: {exc.strerror or exc}") from None
+            if conn.reusable():
+                conn.idle_since = time.monotonic()
+                origin.idle.append(conn)
+            else:
+                conn.close()
+            return answer
+
+    async def _checkout(self, origin: _Origin, t: Target) -> _Conn:
+        now = time.monotonic()
+        while origin.idle:
+            conn = origin.idle.pop()
+            if conn.reusable() and now - conn.idle_since < self._idle_s:
+                return conn
+            conn.close()
+        if now - origin.resolved_at > self._dns_ttl_s:
+            addresses = await asyncio.to_thread(resolve, t.host)
+            self._policy.check_addresses(f"{t.scheme}://{t.host}:{t.port}/", t.host, addresses)  # EndpointRefused
+            origin.addresses = [str(a) for a in addresses]
+            origin.resolved_at = now
+        self._rr += 1
+        address = origin.addresses[self._rr % len(origin.addresses)]
+        ctx: ssl.SSLContext | None = None
+        if t.scheme == "https":
+            if self._ssl is None:
+                self._ssl = ssl.create_default_context()
+            ctx = self._ssl
+        loop = asyncio.get_running_loop()
+        _, conn = await loop.create_connection(_Conn, address, t.port, ssl=ctx, server_hostname=t.host if ctx else None)
+        return conn
+
+    def close(self) -> None:
+        for origin in self._origins.values():
+            while origin.idle:
+                origin.idle.pop().close()
