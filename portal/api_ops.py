@@ -1,0 +1,215 @@
+"""Operating a subscription: status, reset, dead letters and redrive, and the workers view.
+
+Reset is safe by construction: the subscription is paused, the portal waits until no worker
+owns any of its partitions, bumps each partition's ownership epoch, writes the new offset state
+with that epoch (so it wins over anything written before), commits the group offset, and puts
+the subscription back in its previous state. The next owner restores the new state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from typing import Any, cast
+
+from aiohttp import web
+
+from ferry import db, log
+from ferry.offsets import OffsetState
+from ferry.subscription import PartitionRef, Subscription
+from portal.api_subscriptions import announce, load, set_state
+from portal.app import CLUSTER, ENGINE, ApiError, actor, read_json
+from portal.cluster import ClusterBusy
+
+_log = log.get_logger(__name__)
+RESET_RELEASE_TIMEOUT_S = 60.0
+MAX_DEAD_LETTERS = 1000
+
+
+def _subscription(request: web.Request) -> Subscription:
+    with db.session(request.app[ENGINE]) as s:
+        return load(s, request.match_info["name"]).to_subscription()
+
+
+def _refs(request: web.Request, sub: Subscription) -> list[PartitionRef]:
+    counts = request.app[CLUSTER].partition_counts([*sub.topics, sub.retry_topic])
+    return [PartitionRef(sub.name, t, p) for t in (*sub.topics, sub.retry_topic) for p in range(counts.get(t, 0))]
+
+
+async def status(request: web.Request) -> web.Response:
+    sub = await asyncio.to_thread(_subscription, request)
+    cluster = request.app[CLUSTER]
+
+    def gather() -> list[dict[str, Any]]:
+        refs = _refs(request, sub)
+        live = cluster.worker_stats()
+        states: dict[PartitionRef, OffsetState | None] | None = None
+        rows = []
+        for ref in refs:
+            owner = cluster.owner(ref)
+            st = live.get(ref)
+            if st is not None and st.get("committed") is not None:
+                committed, hw = st["committed"], st.get("high_watermark")
+            else:
+                if states is None:
+                    states = cluster.offset_states()
+                state = states.get(ref)
+                committed = state.committed if state is not None else None
+                hw = None
+            if hw is None:
+                try:
+                    hw = cluster.end_offset(ref.topic, ref.partition, committed or 0)
+                except ClusterBusy:
+                    hw = None
+            lag = max(0, hw - (committed or 0)) if hw is not None else None
+            rows.append(
+                {
+                    "topic": ref.topic,
+                    "partition": ref.partition,
+                    "worker": owner["worker"] if owner else None,
+                    "epoch": owner["epoch"] if owner else None,
+                    "committed": committed,
+                    "high_watermark": hw,
+                    "lag": lag,
+                    "in_flight": (st or {}).get("in_flight", 0),
+                    "delivered": (st or {}).get("delivered", 0),
+                    "retried": (st or {}).get("retried", 0),
+                    "dead_lettered": (st or {}).get("dead_lettered", 0),
+                }
+            )
+        return rows
+
+    rows = await asyncio.to_thread(gather)
+    return web.json_response({"name": sub.name, "state": sub.state, "partitions": rows})
+
+
+def _target(value: Any) -> str | int:
+    if value in ("earliest", "latest"):
+        return cast(str, value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ApiError(400, "must be 'earliest', 'latest' or a timestamp in epoch milliseconds", "to")
+
+
+async def reset(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    if not isinstance(body, dict) or "to" not in body:
+        raise ApiError(400, "is required: 'earliest', 'latest' or epoch milliseconds", "to")
+    target = _target(body["to"])
+    sub = await asyncio.to_thread(_subscription, request)
+    cluster = request.app[CLUSTER]
+    await set_state(request, "paused")
+    try:
+        refs = await asyncio.to_thread(_refs, request, sub)
+        deadline = time.monotonic() + RESET_RELEASE_TIMEOUT_S
+        while any(await asyncio.to_thread(lambda: [cluster.owner(r) for r in refs])):
+            if time.monotonic() > deadline:
+                raise ApiError(409, "workers did not release the subscription's partitions in time; try again", "to")
+            await asyncio.sleep(0.1)
+
+        def rewrite() -> list[dict[str, Any]]:
+            out = []
+            for ref in refs:
+                if target == "earliest":
+                    offset = cluster.start_offset(ref.topic, ref.partition)
+                elif target == "latest":
+                    offset = cluster.end_offset(ref.topic, ref.partition)
+                else:
+                    offset = cluster.scan(ref.topic, ref.partition, 0, until_ts_ms=int(target))
+                epoch = cluster.bump_epoch(ref)
+                state = OffsetState(
+                    committed=offset, acked=(), epoch=epoch, worker="portal", ts=int(time.time() * 1000)
+                )
+                cluster.write_state(sub, ref, state)
+                out.append({"topic": ref.topic, "partition": ref.partition, "committed": offset, "epoch": epoch})
+            return out
+
+        partitions = await asyncio.to_thread(rewrite)
+
+        def audit() -> None:
+            with db.session(request.app[ENGINE]) as s:
+                db.audit(s, actor(request), "subscription.reset", sub.name, {"to": target, "partitions": partitions})
+
+        await asyncio.to_thread(audit)
+    finally:
+        if sub.state == "active":
+            await set_state(request, "active")
+        else:
+            await announce(request, "reset", sub.name)
+    _log.info("subscription.reset", name=sub.name, to=target, by=actor(request))
+    return web.json_response({"name": sub.name, "to": target, "partitions": partitions})
+
+
+def _limit(request: web.Request, default: int) -> int:
+    raw = request.query.get("limit", str(default))
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_DEAD_LETTERS:
+        raise ApiError(400, f"must be an integer between 1 and {MAX_DEAD_LETTERS}", "limit")
+    return int(raw)
+
+
+def _dead_letter(m: Any) -> dict[str, Any]:
+    headers = {k: (v or b"") for k, v in (m.headers() or [])}
+
+    def text(name: str) -> str | None:
+        v = headers.get(name)
+        return v.decode("utf-8", "replace") if v is not None else None
+
+    def number(name: str) -> int | None:
+        v = text(name)
+        return int(v) if v is not None and v.isdigit() else None
+
+    key = m.key()
+    return {
+        "key": key.decode("utf-8", "replace") if key is not None else None,
+        "value": base64.b64encode(m.value() or b"").decode(),
+        "headers": {k: v.decode("utf-8", "replace") for k, v in headers.items() if not k.startswith("ferry-")},
+        "error": text("ferry-error"),
+        "attempts": number("ferry-attempts"),
+        "source_topic": text("ferry-source-topic"),
+        "source_partition": number("ferry-source-partition"),
+        "source_offset": number("ferry-source-offset"),
+        "timestamp": m.timestamp()[1],
+    }
+
+
+async def dead_letters(request: web.Request) -> web.Response:
+    limit = _limit(request, 100)
+    sub = await asyncio.to_thread(_subscription, request)
+    records = await asyncio.to_thread(request.app[CLUSTER].last_records, sub.dead_letter_topic, limit)
+    return web.json_response({"dead_letters": [_dead_letter(m) for m in records]})
+
+
+async def replay(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    limit = body.get("limit", MAX_DEAD_LETTERS) if isinstance(body, dict) else MAX_DEAD_LETTERS
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_DEAD_LETTERS:
+        raise ApiError(400, f"must be an integer between 1 and {MAX_DEAD_LETTERS}", "limit")
+    sub = await asyncio.to_thread(_subscription, request)
+    cluster = request.app[CLUSTER]
+
+    def run() -> int:
+        return cluster.redrive(sub, cluster.last_records(sub.dead_letter_topic, limit))
+
+    n = await asyncio.to_thread(run)
+
+    def audit() -> None:
+        with db.session(request.app[ENGINE]) as s:
+            db.audit(s, actor(request), "dead_letters.replay", sub.name, {"records": n, "to": sub.retry_topic})
+
+    await asyncio.to_thread(audit)
+    await announce(request, "replay", sub.name)
+    return web.json_response({"replayed": n, "retry_topic": sub.retry_topic})
+
+
+async def workers(request: web.Request) -> web.Response:
+    return web.json_response({"workers": await asyncio.to_thread(request.app[CLUSTER].workers)})
+
+
+def routes(app: web.Application) -> None:
+    base = "/api/v1/subscriptions/{name}"
+    app.router.add_get(base + "/status", status)
+    app.router.add_post(base + "/reset", reset)
+    app.router.add_get(base + "/dead-letters", dead_letters)
+    app.router.add_post(base + "/dead-letters/replay", replay)
+    app.router.add_get("/api/v1/workers", workers)

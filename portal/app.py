@@ -1,0 +1,175 @@
+"""The portal's aiohttp application: middlewares (errors, auth, security headers, metrics) and routes.
+
+Every route under ``/api/v1`` needs ``Authorization: Bearer``; GETs need a ``read`` or ``admin``
+token, everything else ``admin``. Errors are JSON ``{"error", "field"}`` with 400, 401, 403,
+404, 409 or 413; bad input never yields a 500. Blocking work (database, ZooKeeper, Kafka) runs
+in threads so one slow call never stalls the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from sqlalchemy.engine import Engine
+
+from ferry import db, log
+from ferry.config import Settings
+from ferry.errors import FerryError, ValidationError
+from portal import auth
+from portal.cluster import Cluster
+
+_log = log.get_logger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+SETTINGS = web.AppKey("settings", Settings)
+ENGINE = web.AppKey("engine", Engine)
+CLUSTER = web.AppKey("cluster", Cluster)
+METRICS = web.AppKey("metrics", dict)
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+PUBLIC = ("/healthz", "/metrics")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+def error(status: int, message: str, field: str | None = None) -> web.Response:
+    return web.json_response({"error": message, "field": field}, status=status)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        response = await handler(request)
+    except ApiError as exc:
+        response = error(exc.status, exc.message, exc.field)
+    except ValidationError as exc:
+        response = error(400, exc.message, exc.field)
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.app[SETTINGS].portal.max_body_bytes
+        response = error(413, f"request body is larger than {limit} bytes", "body")
+    except web.HTTPException as exc:
+        if exc.status >= 400:
+            response = error(exc.status, exc.reason)
+        else:
+            raise
+    except FerryError as exc:
+        _log.warning("api.unavailable", path=request.path, error=str(exc))
+        response = error(503, str(exc))
+    except Exception:
+        _log.error("api.failed", path=request.path, method=request.method, exc_info=True)
+        response = error(500, "internal error; see the portal log")
+    for k, v in SECURITY_HEADERS.items():
+        response.headers.setdefault(k, v)
+    return response
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if not request.path.startswith("/api/"):
+        return await handler(request)
+    token = auth.bearer(request.headers.get("Authorization"))
+    if token is None:
+        raise ApiError(401, "missing bearer token: send Authorization: Bearer <token>")
+    settings = request.app[SETTINGS]
+    principal = await asyncio.to_thread(auth.authenticate, token, settings.portal.admin_token, request.app[ENGINE])
+    if principal is None:
+        raise ApiError(401, "invalid or revoked token")
+    if request.method not in ("GET", "HEAD") and not principal.admin:
+        raise ApiError(403, "this token may only read; an admin token is needed to change anything")
+    request["principal"] = principal
+    return await handler(request)
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.monotonic()
+    response = await handler(request)
+    route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
+    m = request.app[METRICS]
+    m["requests"].labels(request.method, route, str(response.status)).inc()
+    m["latency"].labels(route).observe(time.monotonic() - started)
+    return response
+
+
+async def read_json(request: web.Request) -> Any:
+    limit = request.app[SETTINGS].portal.max_body_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise ApiError(413, f"request body is larger than {limit} bytes", "body")
+    raw = await request.read()
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"body is not valid JSON: {exc}", "body") from None
+
+
+def actor(request: web.Request) -> str:
+    return str(request["principal"].name)
+
+
+def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Application:
+    from portal import api_admin, api_ops, api_subscriptions, openapi, ui
+
+    app = web.Application(
+        middlewares=[metrics_middleware, errors_middleware, auth_middleware],
+        client_max_size=settings.portal.max_body_bytes,
+    )
+    app[SETTINGS] = settings
+    app[ENGINE] = db.make_engine(settings.database.url)
+    app[CLUSTER] = cluster or Cluster(settings)
+    registry = CollectorRegistry()
+    app[METRICS] = {
+        "registry": registry,
+        "requests": Counter(
+            "ferry_portal_requests", "Portal requests.", ["method", "route", "status"], registry=registry
+        ),
+        "latency": Histogram("ferry_portal_request_seconds", "Portal request latency.", ["route"], registry=registry),
+    }
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "service": "portal"})
+
+    async def metrics(request: web.Request) -> web.Response:
+        body = generate_latest(request.app[METRICS]["registry"])
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics)
+    api_subscriptions.routes(app)
+    api_ops.routes(app)
+    api_admin.routes(app)
+    openapi.routes(app)
+    ui.setup(app)
+
+    async def on_startup(app: web.Application) -> None:
+        await asyncio.to_thread(app[CLUSTER].start)
+
+    async def on_cleanup(app: web.Application) -> None:
+        await asyncio.to_thread(app[CLUSTER].stop)
+        app[ENGINE].dispose()
+
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app

@@ -1,0 +1,217 @@
+"""What the portal reads from and writes to the running cluster (ZooKeeper and Kafka). Blocking:
+call from a thread. The portal never imports worker code; it speaks the shared contracts
+(``ferry.zkpaths``, ``ferry.offsets``) like any other client would.
+
+Partition ends are found by reading to partition EOF from a hint (ListOffsets, or the committed
+offset), never by trusting ListOffsets alone: on real Kafka the scan is empty, on brokers that
+answer ListOffsets wrongly it still finds the true end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from typing import Any, cast
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from ferry import kafka, zkpaths
+from ferry.config import Settings
+from ferry.errors import FerryError
+from ferry.offsets import OffsetState, decode_key, decode_value, encode_key, encode_value, fold
+from ferry.subscription import PartitionRef, Subscription
+
+SCAN_TIMEOUT_S = 10.0
+
+
+class ClusterBusy(FerryError):
+    """The cluster did not reach the state an operation waits for (e.g. owners releasing)."""
+
+
+class Cluster:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.name = settings.cluster
+        self.cfg = settings.kafka.client_config()
+        self.zk = KazooClient(hosts=settings.zookeeper.connect, timeout=settings.zookeeper.session_timeout_ms / 1000)
+
+    def start(self) -> None:
+        self.zk.start(30)
+
+    def stop(self) -> None:
+        self.zk.stop()
+        self.zk.close()
+
+    # --- ZooKeeper -----------------------------------------------------------------------
+
+    def touch_subscriptions(self) -> None:
+        path = zkpaths.subscriptions_changed(self.name)
+        data = str(int(time.time() * 1000)).encode()
+        try:
+            self.zk.set(path, data)
+        except NoNodeError:
+            self.zk.create(path, data, makepath=True)
+
+    def _json(self, path: str) -> Any:
+        try:
+            raw, _ = self.zk.get(path)
+        except NoNodeError:
+            return None
+        try:
+            return json.loads(raw or b"null")
+        except ValueError:
+            return None
+
+    def workers(self) -> list[dict[str, Any]]:
+        out = []
+        try:
+            ids = sorted(self.zk.get_children(zkpaths.workers(self.name)))
+        except NoNodeError:
+            return []
+        for wid in ids:
+            doc = self._json(zkpaths.worker(self.name, wid)) or {}
+            assignment = self._json(zkpaths.assignment(self.name, wid)) or {}
+            out.append(
+                {
+                    "id": wid,
+                    "host": doc.get("host"),
+                    "since": doc.get("since"),
+                    "partitions": [
+                        {"subscription": p["subscription"], "topic": p["topic"], "partition": p["partition"]}
+                        for p in assignment.get("partitions", [])
+                    ],
+                }
+            )
+        return out
+
+    def owner(self, ref: PartitionRef) -> dict[str, Any] | None:
+        doc = self._json(zkpaths.owner(self.name, *ref))
+        return doc if isinstance(doc, dict) else None
+
+    def worker_stats(self) -> dict[PartitionRef, dict[str, Any]]:
+        out: dict[PartitionRef, dict[str, Any]] = {}
+        try:
+            ids = self.zk.get_children(zkpaths.stats(self.name))
+        except NoNodeError:
+            return out
+        for wid in ids:
+            doc = self._json(zkpaths.worker_stats(self.name, wid)) or {}
+            for p in doc.get("partitions", []):
+                out[PartitionRef(p["subscription"], p["topic"], int(p["partition"]))] = {**p, "worker": wid}
+        return out
+
+    def bump_epoch(self, ref: PartitionRef) -> int:
+        """Compare-and-set the ownership epoch +1 while nobody owns the partition."""
+        path = zkpaths.epoch(self.name, *ref)
+        for _ in range(20):
+            try:
+                raw, stat = self.zk.get(path)
+            except NoNodeError:
+                try:
+                    self.zk.create(path, b"1", makepath=True)
+                    return 1
+                except NodeExistsError:
+                    continue
+            new = int(raw or b"0") + 1
+            try:
+                self.zk.set(path, str(new).encode(), version=stat.version)
+                return new
+            except Exception:  # noqa: S112 - BadVersion: someone bumped it meanwhile, read again
+                continue
+        raise ClusterBusy(f"could not bump the epoch of {ref.key()}: it keeps changing")
+
+    # --- Kafka ---------------------------------------------------------------------------
+
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        return kafka.partition_counts(self.cfg, topics)
+
+    def offset_states(self) -> dict[PartitionRef, OffsetState | None]:
+        logs: dict[PartitionRef, list[OffsetState | None]] = {}
+
+        def take(msg: Message) -> None:
+            try:
+                ref = decode_key(cast(bytes, msg.key()))
+                raw = msg.value()
+                logs.setdefault(ref, []).append(None if raw is None else decode_value(raw))
+            except FerryError:
+                pass
+
+        kafka.read_to_end({**self.cfg, "group.id": "ferry.portal"}, self.settings.kafka.offsets_topic, take)
+        return {ref: fold(states) for ref, states in logs.items()}
+
+    def _consumer(self) -> Consumer:
+        return Consumer(
+            {
+                **self.cfg,
+                "group.id": "ferry.portal",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,
+                "fetch.queue.backoff.ms": 10,
+            }
+        )
+
+    def scan(self, topic: str, partition: int, start: int, until_ts_ms: int | None = None) -> int:
+        """Read forward from ``start`` to the partition's end; returns the end offset, or with
+        ``until_ts_ms`` the first offset whose timestamp is at or after it (else the end)."""
+        c = self._consumer()
+        try:
+            c.assign([TopicPartition(topic, partition, start)])
+            deadline = time.monotonic() + SCAN_TIMEOUT_S
+            while time.monotonic() < deadline:
+                for m in c.consume(1000, 0.2):
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            return cast(int, m.offset())
+                        continue
+                    if until_ts_ms is not None and m.timestamp()[1] >= until_ts_ms:
+                        return cast(int, m.offset())
+            raise ClusterBusy(f"reading {topic}[{partition}] did not reach its end within {SCAN_TIMEOUT_S:.0f} s")
+        finally:
+            c.close()
+
+    def end_offset(self, topic: str, partition: int, hint: int = 0) -> int:
+        c = self._consumer()
+        try:
+            _, hw = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=5, cached=False)
+        except Exception:
+            hw = 0
+        finally:
+            c.close()
+        return self.scan(topic, partition, max(hint, hw, 0) if hw >= 0 else max(hint, 0))
+
+    def start_offset(self, topic: str, partition: int) -> int:
+        """The first offset still in the log (or the end when empty)."""
+        return self.scan(topic, partition, OFFSET_BEGINNING, until_ts_ms=0)
+
+    def write_state(self, sub: Subscription, ref: PartitionRef, state: OffsetState) -> None:
+        p = Producer({**self.cfg, "enable.idempotence": True, "partitioner": "murmur2_random"})
+        p.produce(self.settings.kafka.offsets_topic, value=encode_value(state), key=encode_key(ref))
+        if p.flush(15) != 0:
+            raise ClusterBusy(f"the offsets topic did not confirm the new state of {ref.key()}")
+        c = Consumer({**self.cfg, "group.id": sub.group_id, "enable.auto.commit": False})
+        try:
+            c.commit(offsets=[TopicPartition(ref.topic, ref.partition, state.committed)], asynchronous=False)
+        finally:
+            c.close()
+
+    def last_records(self, topic: str, limit: int) -> list[Message]:
+        """The last ``limit`` records of a topic (all partitions, newest last by timestamp)."""
+        keep: deque[Message] = deque(maxlen=limit)
+        kafka.read_to_end({**self.cfg, "group.id": "ferry.portal"}, topic, keep.append, timeout_s=SCAN_TIMEOUT_S)
+        return sorted(keep, key=lambda m: (m.timestamp()[1], m.partition() or 0, m.offset() or 0))
+
+    def redrive(self, sub: Subscription, records: list[Message]) -> int:
+        """Produce dead letters to the subscription's own retry topic (never to a shared source topic)."""
+        counts = kafka.partition_counts(self.cfg, [sub.dead_letter_topic])
+        kafka.ensure_topic(self.cfg, sub.retry_topic, max(1, counts.get(sub.dead_letter_topic, 1)))
+        p = Producer({**self.cfg, "enable.idempotence": True})
+        for m in records:
+            p.produce(sub.retry_topic, key=m.key(), value=m.value(), headers=cast(list[Any], m.headers() or []))
+        if p.flush(30) != 0:
+            raise ClusterBusy("the retry topic did not confirm every redriven record")
+        return len(records)

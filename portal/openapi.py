@@ -1,0 +1,329 @@
+"""``GET /api/v1/openapi.json``: the OpenAPI 3.0 description of the portal API (validated in tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+
+ERROR = {"$ref": "#/components/responses/Error"}
+
+
+def _op(
+    summary: str,
+    ok: dict[str, Any],
+    *,
+    body: str | None = None,
+    params: list[str] | None = None,
+    errors: tuple[int, ...] = (400, 401, 403, 404),
+) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": {**ok, **{str(e): ERROR for e in errors}}}
+    if body:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": {"$ref": body}}}}
+    if params:
+        op["parameters"] = [{"$ref": f"#/components/parameters/{p}"} for p in params]
+    return op
+
+
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+SUB = {"$ref": "#/components/schemas/Subscription"}
+
+DOCUMENT: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {
+        "title": "Ferry portal API",
+        "version": "1",
+        "description": "Register and operate subscriptions of the Ferry Kafka consumer proxy. Every call but "
+        "/healthz needs `Authorization: Bearer <token>`; writes need an admin token.",
+    },
+    "servers": [{"url": "/"}],
+    "security": [{"bearer": []}],
+    "paths": {
+        "/healthz": {
+            "get": {"summary": "Liveness", "security": [], "responses": {"200": _json("ok", {"type": "object"})}}
+        },
+        "/api/v1/subscriptions": {
+            "get": _op(
+                "List subscriptions",
+                {
+                    "200": _json(
+                        "all",
+                        {
+                            "type": "object",
+                            "required": ["subscriptions"],
+                            "properties": {"subscriptions": {"type": "array", "items": SUB}},
+                        },
+                    )
+                },
+                errors=(401,),
+            ),
+            "post": _op(
+                "Create a subscription",
+                {"201": _json("stored", SUB)},
+                body="#/components/schemas/SubscriptionInput",
+                errors=(400, 401, 403, 409, 413),
+            ),
+        },
+        "/api/v1/subscriptions/{name}": {
+            "get": _op("Read a subscription", {"200": _json("stored", SUB)}, params=["name"], errors=(401, 404)),
+            "put": _op(
+                "Replace a subscription",
+                {"200": _json("stored", SUB)},
+                body="#/components/schemas/SubscriptionInput",
+                params=["name"],
+                errors=(400, 401, 403, 404, 413),
+            ),
+            "delete": _op(
+                "Delete a subscription", {"204": {"description": "deleted"}}, params=["name"], errors=(401, 403, 404)
+            ),
+        },
+        "/api/v1/subscriptions/{name}/pause": {
+            "post": _op(
+                "Pause delivery (offsets kept)", {"200": _json("stored", SUB)}, params=["name"], errors=(401, 403, 404)
+            )
+        },
+        "/api/v1/subscriptions/{name}/resume": {
+            "post": _op("Resume delivery", {"200": _json("stored", SUB)}, params=["name"], errors=(401, 403, 404))
+        },
+        "/api/v1/subscriptions/{name}/status": {
+            "get": _op(
+                "Per-partition status",
+                {"200": _json("status", {"$ref": "#/components/schemas/Status"})},
+                params=["name"],
+                errors=(401, 404),
+            )
+        },
+        "/api/v1/subscriptions/{name}/reset": {
+            "post": _op(
+                "Reset offsets (pause, rewrite with a new epoch, resume)",
+                {"200": _json("done", {"type": "object"})},
+                body="#/components/schemas/Reset",
+                params=["name"],
+                errors=(400, 401, 403, 404, 409),
+            )
+        },
+        "/api/v1/subscriptions/{name}/dead-letters": {
+            "get": _op(
+                "Last dead letters",
+                {
+                    "200": _json(
+                        "records",
+                        {
+                            "type": "object",
+                            "required": ["dead_letters"],
+                            "properties": {
+                                "dead_letters": {"type": "array", "items": {"$ref": "#/components/schemas/DeadLetter"}}
+                            },
+                        },
+                    )
+                },
+                params=["name", "limit"],
+                errors=(400, 401, 404),
+            )
+        },
+        "/api/v1/subscriptions/{name}/dead-letters/replay": {
+            "post": _op(
+                "Redrive dead letters through the subscription's retry topic",
+                {
+                    "200": _json(
+                        "replayed",
+                        {
+                            "type": "object",
+                            "properties": {"replayed": {"type": "integer"}, "retry_topic": {"type": "string"}},
+                        },
+                    )
+                },
+                params=["name"],
+                errors=(400, 401, 403, 404),
+            )
+        },
+        "/api/v1/workers": {
+            "get": _op(
+                "Live workers and their partitions",
+                {
+                    "200": _json(
+                        "workers",
+                        {
+                            "type": "object",
+                            "required": ["workers"],
+                            "properties": {
+                                "workers": {"type": "array", "items": {"$ref": "#/components/schemas/Worker"}}
+                            },
+                        },
+                    )
+                },
+                errors=(401,),
+            )
+        },
+        "/api/v1/tokens": {
+            "get": _op("List API tokens (admin)", {"200": _json("tokens", {"type": "object"})}, errors=(401, 403)),
+            "post": _op(
+                "Create an API token (admin); the token is shown once",
+                {"201": _json("created", {"type": "object"})},
+                body="#/components/schemas/TokenInput",
+                errors=(400, 401, 403),
+            ),
+        },
+        "/api/v1/tokens/{id}": {
+            "delete": _op(
+                "Revoke a token (admin)", {"204": {"description": "revoked"}}, params=["id"], errors=(401, 403, 404)
+            )
+        },
+        "/api/v1/audit": {
+            "get": _op(
+                "Audit log (admin)",
+                {"200": _json("entries", {"type": "object"})},
+                params=["limit"],
+                errors=(400, 401, 403),
+            )
+        },
+        "/api/v1/openapi.json": {
+            "get": _op("This document", {"200": _json("OpenAPI 3", {"type": "object"})}, errors=(401,))
+        },
+    },
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "parameters": {
+            "name": {
+                "name": "name",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$"},
+            },
+            "id": {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}},
+            "limit": {
+                "name": "limit",
+                "in": "query",
+                "required": False,
+                "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
+            },
+        },
+        "responses": {
+            "Error": _json(
+                "error",
+                {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {"error": {"type": "string"}, "field": {"type": "string", "nullable": True}},
+                },
+            )
+        },
+        "schemas": {
+            "Endpoint": {
+                "type": "object",
+                "required": ["url"],
+                "additionalProperties": False,
+                "properties": {
+                    "url": {"type": "string", "format": "uri", "maxLength": 2048},
+                    "timeout_ms": {"type": "integer", "minimum": 100, "maximum": 600000, "default": 5000},
+                    "headers": {
+                        "type": "object",
+                        "additionalProperties": {"type": "string"},
+                        "description": "write-only secrets: shown as *** ; send *** back to keep a value",
+                    },
+                },
+            },
+            "Retry": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "max_attempts": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 5},
+                    "initial_backoff_ms": {"type": "integer", "minimum": 1, "default": 200},
+                    "max_backoff_ms": {"type": "integer", "minimum": 1, "default": 30000},
+                },
+            },
+            "SubscriptionInput": {
+                "type": "object",
+                "required": ["name", "topics", "endpoint"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$"},
+                    "topics": {"type": "array", "minItems": 1, "maxItems": 100, "items": {"type": "string"}},
+                    "endpoint": {"$ref": "#/components/schemas/Endpoint"},
+                    "ordering": {"type": "string", "enum": ["key", "partition", "none"], "default": "key"},
+                    "max_in_flight": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 100},
+                    "retry": {"$ref": "#/components/schemas/Retry"},
+                    "dead_letter_topic": {"type": "string"},
+                    "start_from": {"type": "string", "enum": ["earliest", "latest"], "default": "earliest"},
+                    "state": {"type": "string", "enum": ["active", "paused"], "default": "active"},
+                },
+            },
+            "Subscription": {"allOf": [{"$ref": "#/components/schemas/SubscriptionInput"}]},
+            "Reset": {
+                "type": "object",
+                "required": ["to"],
+                "properties": {
+                    "to": {
+                        "oneOf": [{"type": "string", "enum": ["earliest", "latest"]}, {"type": "integer", "minimum": 0}]
+                    }
+                },
+            },
+            "PartitionStatus": {
+                "type": "object",
+                "properties": {
+                    k: {"type": t, "nullable": True}
+                    for k, t in [
+                        ("topic", "string"),
+                        ("partition", "integer"),
+                        ("worker", "string"),
+                        ("committed", "integer"),
+                        ("high_watermark", "integer"),
+                        ("lag", "integer"),
+                        ("in_flight", "integer"),
+                        ("delivered", "integer"),
+                        ("retried", "integer"),
+                        ("dead_lettered", "integer"),
+                    ]
+                },
+            },
+            "Status": {
+                "type": "object",
+                "required": ["name", "state", "partitions"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "state": {"type": "string"},
+                    "partitions": {"type": "array", "items": {"$ref": "#/components/schemas/PartitionStatus"}},
+                },
+            },
+            "DeadLetter": {
+                "type": "object",
+                "properties": {
+                    "key": {"type": "string", "nullable": True},
+                    "value": {"type": "string", "format": "byte"},
+                    "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "error": {"type": "string", "nullable": True},
+                    "attempts": {"type": "integer", "nullable": True},
+                    "source_topic": {"type": "string", "nullable": True},
+                    "source_partition": {"type": "integer", "nullable": True},
+                    "source_offset": {"type": "integer", "nullable": True},
+                    "timestamp": {"type": "integer"},
+                },
+            },
+            "Worker": {
+                "type": "object",
+                "properties": {
+                    "id": {"type": "string"},
+                    "host": {"type": "string", "nullable": True},
+                    "since": {"type": "integer", "nullable": True},
+                    "partitions": {"type": "array", "items": {"type": "object"}},
+                },
+            },
+            "TokenInput": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": {"type": "string"}, "scope": {"type": "string", "enum": ["admin", "read"]}},
+            },
+        },
+    },
+}
+
+
+async def openapi(_: web.Request) -> web.Response:
+    return web.json_response(DOCUMENT)
+
+
+def routes(app: web.Application) -> None:
+    app.router.add_get("/api/v1/openapi.json", openapi)

@@ -1,0 +1,185 @@
+"""The portal REST API (CONTRACT section 3) against MariaDB, real ZooKeeper and the broker."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from openapi_spec_validator import validate
+
+from ferry import config
+from migrations import runner
+from portal.app import create_app
+
+pytestmark = pytest.mark.integration
+ADMIN = "admin-secret-token"
+
+
+@pytest.fixture()
+async def api(mariadb_url: str, zk_connect: str, kafka_bootstrap: str, cluster_name: str) -> AsyncIterator[TestClient]:
+    runner.upgrade(mariadb_url)
+    settings = config.load(
+        env={
+            "FERRY_DB_URL": mariadb_url,
+            "FERRY_ZK_CONNECT": zk_connect,
+            "FERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "FERRY_CLUSTER": cluster_name,
+            "FERRY_ADMIN_TOKEN": ADMIN,
+            "FERRY_MAX_BODY_BYTES": "65536",
+        }
+    )
+    client = TestClient(TestServer(create_app(settings)))
+    await client.start_server()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def h(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def sub(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}, **extra}
+
+
+async def test_crud_and_errors(api: TestClient) -> None:
+    r = await api.post(
+        "/api/v1/subscriptions",
+        json=sub("crud-a", endpoint={"url": "http://127.0.0.1:9/h", "headers": {"Authorization": "Bearer top-secret"}}),
+        headers=h(ADMIN),
+    )
+    assert r.status == 201, await r.text()
+    doc = await r.json()
+    assert doc["endpoint"]["headers"] == {"Authorization": "***"}
+    assert doc["ordering"] == "key" and doc["max_in_flight"] == 100 and doc["state"] == "active"
+    assert (
+        r.headers["X-Content-Type-Options"] == "nosniff"
+        and "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
+    )
+
+    r = await api.post("/api/v1/subscriptions", json=sub("crud-a"), headers=h(ADMIN))
+    assert r.status == 409 and (await r.json())["field"] == "name"
+
+    for body, field in [
+        ({"name": "x"}, "topics"),
+        (sub("crud-b", endpoint={"url": "ftp://x/"}), "endpoint.url"),
+        (sub("crud-b", retry={"max_attempts": 0}), "retry.max_attempts"),
+        (sub("Bad Name"), "name"),
+        ([1, 2], "body"),
+    ]:
+        r = await api.post("/api/v1/subscriptions", json=body, headers=h(ADMIN))
+        assert r.status == 400, body
+        assert (await r.json())["field"] == field
+    r = await api.post(
+        "/api/v1/subscriptions", data=b"{not json", headers={**h(ADMIN), "Content-Type": "application/json"}
+    )
+    assert r.status == 400 and (await r.json())["field"] == "body"
+    r = await api.post("/api/v1/subscriptions", data=b"x" * 70000, headers=h(ADMIN))
+    assert r.status == 413
+
+    r = await api.get("/api/v1/subscriptions/nope", headers=h(ADMIN))
+    assert r.status == 404
+    # Edit with the masked value sent back: the secret is kept; the name cannot change.
+    edited = {**doc, "max_in_flight": 7}
+    r = await api.put("/api/v1/subscriptions/crud-a", json=edited, headers=h(ADMIN))
+    assert r.status == 200 and (await r.json())["max_in_flight"] == 7
+    r = await api.put("/api/v1/subscriptions/crud-a", json={**edited, "name": "other"}, headers=h(ADMIN))
+    assert r.status == 400 and (await r.json())["field"] == "name"
+    r = await api.post("/api/v1/subscriptions/crud-a/pause", headers=h(ADMIN))
+    assert (await r.json())["state"] == "paused"
+    r = await api.post("/api/v1/subscriptions/crud-a/resume", headers=h(ADMIN))
+    assert (await r.json())["state"] == "active"
+    r = await api.get("/api/v1/subscriptions", headers=h(ADMIN))
+    listed = {s["name"]: s for s in (await r.json())["subscriptions"]}
+    assert listed["crud-a"]["endpoint"]["headers"] == {"Authorization": "***"}
+    assert "top-secret" not in json.dumps(listed)
+    r = await api.get("/api/v1/audit", headers=h(ADMIN))
+    entries = (await r.json())["entries"]
+    assert {"subscription.create", "subscription.update", "subscription.pause"} <= {e["action"] for e in entries}
+    assert "top-secret" not in json.dumps(entries)
+    r = await api.delete("/api/v1/subscriptions/crud-a", headers=h(ADMIN))
+    assert r.status == 204
+    r = await api.get("/api/v1/subscriptions/crud-a", headers=h(ADMIN))
+    assert r.status == 404
+
+
+ROUTES = [
+    ("GET", "/api/v1/subscriptions", False),
+    ("POST", "/api/v1/subscriptions", True),
+    ("GET", "/api/v1/subscriptions/auth-x", False),
+    ("PUT", "/api/v1/subscriptions/auth-x", True),
+    ("DELETE", "/api/v1/subscriptions/auth-x", True),
+    ("POST", "/api/v1/subscriptions/auth-x/pause", True),
+    ("POST", "/api/v1/subscriptions/auth-x/resume", True),
+    ("GET", "/api/v1/subscriptions/auth-x/status", False),
+    ("POST", "/api/v1/subscriptions/auth-x/reset", True),
+    ("GET", "/api/v1/subscriptions/auth-x/dead-letters", False),
+    ("POST", "/api/v1/subscriptions/auth-x/dead-letters/replay", True),
+    ("GET", "/api/v1/workers", False),
+    ("GET", "/api/v1/openapi.json", False),
+    ("GET", "/api/v1/tokens", True),
+    ("POST", "/api/v1/tokens", True),
+    ("GET", "/api/v1/audit", True),
+]
+
+
+async def test_auth_matrix(api: TestClient) -> None:
+    r = await api.post("/api/v1/tokens", json={"name": "reader", "scope": "read"}, headers=h(ADMIN))
+    assert r.status == 201
+    reader = (await r.json())["token"]
+    r = await api.post("/api/v1/tokens", json={"name": "gone", "scope": "admin"}, headers=h(ADMIN))
+    revoked = (await r.json())["token"]
+    tokens = (await (await api.get("/api/v1/tokens", headers=h(ADMIN))).json())["tokens"]
+    gone_id = next(t["id"] for t in tokens if t["name"] == "gone")
+    assert (await api.delete(f"/api/v1/tokens/{gone_id}", headers=h(ADMIN))).status == 204
+    assert all("token" not in t for t in tokens), "token listings never show the secret"
+    for method, path, admin_only in ROUTES:
+        for token, expect in [(None, 401), ("wrong", 401), (revoked, 401)]:
+            r = await api.request(method, path, headers=h(token), json={})
+            assert r.status == expect, (method, path, token)
+        r = await api.request(method, path, headers=h(reader), json={})
+        if admin_only:
+            assert r.status == 403, (method, path)
+        else:
+            assert r.status in (200, 404), (method, path, r.status)
+        r = await api.request(method, path, headers=h(ADMIN), json={})
+        assert r.status not in (401, 403, 500), (method, path, r.status)
+    assert (await api.get("/healthz")).status == 200
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://169.254.169.254/latest/meta-data", "metadata"),
+        ("http://[fe80::1]/hook", "link-local"),
+        ("http://metadata.ssrf.test/hook", "link-local"),
+    ],
+)
+async def test_ssrf_refused(api: TestClient, monkeypatch: pytest.MonkeyPatch, url: str, why: str) -> None:
+    real = socket.getaddrinfo
+
+    def fake(host: str, *args: Any, **kwargs: Any) -> Any:
+        if host == "metadata.ssrf.test":  # a name whose DNS answer is link-local
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("169.254.10.10", 0))]
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    r = await api.post("/api/v1/subscriptions", json=sub("ssrf", endpoint={"url": url}), headers=h(ADMIN))
+    assert r.status == 400
+    body = await r.json()
+    assert body["field"] == "endpoint.url" and why in body["error"]
+
+
+async def test_openapi_is_valid_and_covers_every_route(api: TestClient) -> None:
+    r = await api.get("/api/v1/openapi.json", headers=h(ADMIN))
+    doc = await r.json()
+    validate(doc)
+    paths = set(doc["paths"])
+    for _, path, _ in ROUTES:
+        assert path.replace("auth-x", "{name}") in paths
