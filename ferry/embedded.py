@@ -47,6 +47,15 @@ def _tail(path: Path, lines: int = 40) -> str:
         return "(no log)"
 
 
+def _die_with_parent() -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: the supervisor's own shutdown still stops its children
+        pass
+
+
 @dataclass
 class ServiceProcess:
     name: str
@@ -55,6 +64,8 @@ class ServiceProcess:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    die_with_parent: bool = False
+    """Linux: the child gets SIGTERM if the process that started it dies (even by kill -9)."""
 
     def start(self) -> ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,6 +77,7 @@ class ServiceProcess:
             stdin=subprocess.DEVNULL,
             env={**os.environ, **self.env},
             start_new_session=True,  # our SIGINT must not reach it before we stop it in order
+            preexec_fn=_die_with_parent if self.die_with_parent else None,
         )
         log.close()
         return self

@@ -1,0 +1,103 @@
+"""The ``ferry dev --demo`` extras: a built-in echo endpoint and a producer trickle.
+
+``python -m ferry.demo echo --port P`` acknowledges every push and shows the last records at
+``GET /`` (JSON); ``python -m ferry.demo produce --bootstrap B --topic T --rate R`` produces
+realistic keyed JSON orders at R records/s until stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import time
+from collections import deque
+from typing import Any
+
+from aiohttp import web
+
+DEMO_TOPIC = "demo.orders"
+DEMO_SUBSCRIPTION = "demo-orders"
+
+
+def echo_app() -> web.Application:
+    last: deque[dict[str, Any]] = deque(maxlen=50)
+    counts = {"received": 0}
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.read()
+        counts["received"] += 1
+        last.append(
+            {
+                "id": request.headers.get("ce-id"),
+                "key": request.headers.get("ce-partitionkey"),
+                "attempt": request.headers.get("ce-ferryattempt"),
+                "time": request.headers.get("ce-time"),
+                "body": body[:500].decode("utf-8", "replace"),
+            }
+        )
+        return web.Response(status=200)
+
+    async def show(_: web.Request) -> web.Response:
+        return web.json_response({"received": counts["received"], "last": list(last)[::-1]})
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    app.router.add_get("/", show)
+    return app
+
+
+def produce(bootstrap: str, topic: str, rate: float) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    running = True
+
+    def stop(*_: Any) -> None:
+        nonlocal running
+        running = False
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    rng = random.Random()
+    i = 0
+    started = time.monotonic()
+    while running:
+        customer = f"customer-{rng.randrange(20)}"
+        order = {
+            "order_id": i,
+            "customer": customer,
+            "amount": round(rng.uniform(5, 500), 2),
+            "ts": int(time.time() * 1000),
+        }
+        p.produce(
+            topic,
+            key=customer.encode(),
+            value=json.dumps(order).encode(),
+            headers=[("content-type", b"application/json")],
+        )
+        p.poll(0)
+        i += 1
+        time.sleep(max(0.0, started + i / rate - time.monotonic()))
+    p.flush(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m ferry.demo")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("echo")
+    e.add_argument("--port", type=int, required=True)
+    pr = sub.add_parser("produce")
+    pr.add_argument("--bootstrap", required=True)
+    pr.add_argument("--topic", default=DEMO_TOPIC)
+    pr.add_argument("--rate", type=float, default=5.0)
+    a = ap.parse_args()
+    if a.cmd == "echo":
+        web.run_app(echo_app(), host="127.0.0.1", port=a.port, access_log=None, print=None)
+    else:
+        produce(a.bootstrap, a.topic, a.rate)
+
+
+if __name__ == "__main__":
+    main()

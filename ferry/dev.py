@@ -1,0 +1,283 @@
+"""``ferry dev``: the whole embedded stack on one machine, supervised (CONTRACT section 1).
+
+Starts a real ZooKeeper server and a Kafka-protocol broker under ``--data-dir``, migrates an
+SQLite metadata database, then runs one coordinator, N workers and the portal as child
+processes. A child that crashes is restarted (with backoff) and reported. When everything is
+ready — portal healthy, a leader elected, every worker registered — ``state.json`` is written
+and the connection details are printed. SIGINT/SIGTERM stop the children in order (portal,
+workers draining, coordinator, broker, ZooKeeper) and exit 0; every child also gets SIGTERM
+from the kernel if ``ferry dev`` itself is killed, so none outlives it.
+
+States: starting → ready (state.json written) → stopping → stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ferry import embedded, log, zkpaths
+from ferry.config import Settings
+from ferry.errors import ConfigError, FerryError
+
+_log = log.get_logger(__name__)
+READY_TIMEOUT_S = 90.0
+RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0)
+
+
+class Child:
+    """One supervised child process and its restart history."""
+
+    def __init__(self, proc: embedded.ServiceProcess, role: str, ident: str | None = None) -> None:
+        self.proc = proc
+        self.role = role
+        self.id = ident
+        self.restarts = 0
+        self.next_restart = 0.0
+
+    def describe(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"role": self.role, "pid": self.proc.proc.pid if self.proc.proc else None}
+        if self.id:
+            doc["id"] = self.id
+        if self.restarts:
+            doc["restarts"] = self.restarts
+        return doc
+
+
+def _port(value: int, flag: str) -> int:
+    if value == 0:
+        return embedded.free_port()
+    if embedded.port_open(value):
+        raise ConfigError(flag, f"port {value} is already in use; pass another port or 0 for a free one")
+    return value
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:  # noqa: S310 - loopback URL we built
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def _post_json(url: str, token: str, doc: dict[str, Any]) -> int:
+    req = urllib.request.Request(  # noqa: S310 - loopback URL we built
+        url,
+        data=json.dumps(doc).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+
+
+class DevStack:
+    def __init__(self, settings: Settings, args: argparse.Namespace) -> None:
+        self.settings = settings
+        self.args = args
+        self.dir = Path(args.data_dir).resolve()
+        self.children: list[Child] = []
+        self.infra: list[embedded.ServiceProcess] = []
+        self.stop = threading.Event()
+        self.state: dict[str, Any] = {}
+
+    def _python(self, role: str, argv: list[str], env: dict[str, str], ident: str | None = None) -> Child:
+        name = ident or role
+        proc = embedded.ServiceProcess(
+            name, [sys.executable, *argv], 0, self.dir / "logs" / f"{name}.log", env=env, die_with_parent=True
+        )
+        child = Child(proc, role, ident)
+        self.children.append(child)
+        proc.start()
+        return child
+
+    def start(self) -> None:
+        a = self.args
+        if a.workers < 1:
+            raise ConfigError("--workers", "must be at least 1")
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "state.json").unlink(missing_ok=True)
+        zk_port = _port(a.zk_port, "--zk-port")
+        kafka_port = _port(a.kafka_port, "--kafka-port")
+        portal_port = _port(a.portal_port, "--portal-port")
+        zk = embedded.zookeeper(self.dir / "zookeeper", zk_port)
+        broker = embedded.kafka_broker(self.dir / "kafka", kafka_port)
+        for p in (zk, broker):
+            p.die_with_parent = True
+            self.infra.append(p.start())
+        zk.wait_ready(60)
+        broker.wait_ready(60)
+        db_url = f"sqlite:///{self.dir / 'ferry.db'}"
+        from migrations import runner
+
+        runner.upgrade(db_url)
+        token = self.settings.portal.admin_token or secrets.token_urlsafe(24)
+        bootstrap = f"127.0.0.1:{kafka_port}"
+        zk_connect = f"127.0.0.1:{zk_port}"
+        env = {
+            "FERRY_ZK_CONNECT": zk_connect,
+            "FERRY_KAFKA_BOOTSTRAP": bootstrap,
+            "FERRY_DB_URL": db_url,
+            "FERRY_CLUSTER": self.settings.cluster,
+            "FERRY_OFFSETS_TOPIC": self.settings.kafka.offsets_topic,
+            "FERRY_ADMIN_TOKEN": token,
+            "FERRY_PORTAL_PORT": str(portal_port),
+            "FERRY_PORTAL_HOST": "127.0.0.1",
+            "FERRY_WORKER_METRICS_PORT": "0",
+            "FERRY_COORDINATOR_METRICS_PORT": "0",
+            "FERRY_LOG_FORMAT": os.environ.get("FERRY_LOG_FORMAT", "text"),
+            "FERRY_SUBSCRIPTION_POLL_MS": "2000",
+            "FERRY_TOPIC_POLL_MS": "2000",
+            "FERRY_ZK_SESSION_TIMEOUT_MS": "6000",
+        }
+        self._python("coordinator", ["-m", "ferry.cli", "coordinator"], env)
+        for i in range(1, a.workers + 1):
+            wid = f"worker-{i}"
+            self._python("worker", ["-m", "ferry.cli", "worker"], {**env, "FERRY_WORKER_ID": wid}, wid)
+        self._python("portal", ["-m", "ferry.cli", "portal"], env)
+        portal_url = f"http://127.0.0.1:{portal_port}"
+        self.state = {
+            "portal_url": portal_url,
+            "kafka_bootstrap": bootstrap,
+            "zk_connect": zk_connect,
+            "db_url": db_url,
+            "admin_token": token,
+            "cluster": self.settings.cluster,
+            "offsets_topic": self.settings.kafka.offsets_topic,
+        }
+        self._wait_ready(zk_connect, portal_url, a.workers)
+        if a.demo:
+            self._demo(bootstrap, portal_url, token)
+        self._write_state()
+        print(
+            f"ferry dev is ready\n  portal:      {portal_url}  (admin token: {token})\n"
+            f"  kafka:       {bootstrap}\n  zookeeper:   {zk_connect}\n  state:       {self.dir / 'state.json'}\n"
+            + (f"  demo echo:   {self.state['demo_endpoint_url']}\n" if a.demo else "")
+            + "Stop with Ctrl-C.",
+            flush=True,
+        )
+
+    def _wait_ready(self, zk_connect: str, portal_url: str, workers: int) -> None:
+        from kazoo.client import KazooClient
+
+        zk = KazooClient(hosts=zk_connect)
+        zk.start(30)
+        try:
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            c = self.settings.cluster
+            while True:
+                self._check_children()
+                leader = zk.exists(zkpaths.leader(c)) is not None
+                registered = len(zk.get_children(zkpaths.workers(c))) if zk.exists(zkpaths.workers(c)) else 0
+                if leader and registered >= workers and _http_ok(f"{portal_url}/healthz"):
+                    return
+                if time.monotonic() > deadline:
+                    raise FerryError(
+                        f"the stack was not ready after {READY_TIMEOUT_S:.0f} s (leader={leader}, workers "
+                        f"{registered}/{workers}); see the logs in {self.dir / 'logs'}"
+                    )
+                time.sleep(0.2)
+        finally:
+            zk.stop()
+            zk.close()
+
+    def _demo(self, bootstrap: str, portal_url: str, token: str) -> None:
+        from ferry import demo, kafka
+
+        kafka.ensure_topic({"bootstrap.servers": bootstrap}, demo.DEMO_TOPIC, 4)
+        echo_port = embedded.free_port()
+        self._python("demo-echo", ["-m", "ferry.demo", "echo", "--port", str(echo_port)], {})
+        echo_url = f"http://127.0.0.1:{echo_port}"
+        deadline = time.monotonic() + 30
+        while not _http_ok(echo_url + "/"):
+            if time.monotonic() > deadline:
+                raise FerryError("the demo echo endpoint did not start")
+            time.sleep(0.1)
+        self._python("demo-producer", ["-m", "ferry.demo", "produce", "--bootstrap", bootstrap, "--rate", "5"], {})
+        status = _post_json(
+            f"{portal_url}/api/v1/subscriptions",
+            token,
+            {"name": demo.DEMO_SUBSCRIPTION, "topics": [demo.DEMO_TOPIC], "endpoint": {"url": f"{echo_url}/hook"}},
+        )
+        if status not in (201, 409):
+            raise FerryError(f"registering the demo subscription failed with HTTP {status}")
+        self.state["demo_endpoint_url"] = echo_url
+
+    def _write_state(self) -> None:
+        self.state["processes"] = [c.describe() for c in self.children]
+        self.state["restarts"] = sum(c.restarts for c in self.children)
+        tmp = self.dir / "state.json.tmp"
+        tmp.write_text(json.dumps(self.state, indent=2))
+        tmp.replace(self.dir / "state.json")
+
+    def _check_children(self) -> bool:
+        """Restart crashed children (with backoff); True when something changed."""
+        changed = False
+        now = time.monotonic()
+        for c in self.children:
+            if c.proc.alive():
+                continue
+            if c.next_restart == 0.0:
+                code = c.proc.proc.returncode if c.proc.proc else None
+                delay = RESTART_BACKOFF_S[min(c.restarts, len(RESTART_BACKOFF_S) - 1)]
+                c.next_restart = now + delay
+                _log.error(
+                    "dev.child_exited", role=c.role, id=c.id, code=code, restart_in_s=delay, log=str(c.proc.log_path)
+                )
+            elif now >= c.next_restart:
+                c.restarts += 1
+                c.next_restart = 0.0
+                c.proc.start()
+                _log.warning(
+                    "dev.child_restarted",
+                    role=c.role,
+                    id=c.id,
+                    restarts=c.restarts,
+                    pid=c.proc.proc.pid if c.proc.proc else None,
+                )
+                changed = True
+        return changed
+
+    def supervise(self) -> None:
+        while not self.stop.wait(0.5):
+            if self._check_children() and self.state:
+                self._write_state()
+
+    def shutdown(self) -> None:
+        order = ["demo-producer", "portal", "worker", "demo-echo", "coordinator"]
+        for role in order:
+            for c in self.children:
+                if c.role == role:
+                    c.proc.stop(grace_s=20)
+        for p in reversed(self.infra):
+            p.stop(grace_s=10)
+        _log.info("dev.stopped")
+
+
+def main(settings: Settings, args: argparse.Namespace) -> int:
+    stack = DevStack(settings, args)
+
+    def on_signal(*_: Any) -> None:
+        stack.stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        stack.start()
+        stack.supervise()
+    finally:
+        stack.shutdown()
+    return 0

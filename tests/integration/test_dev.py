@@ -1,0 +1,72 @@
+"""``ferry dev``: the newcomer's path, end to end."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import urllib.request
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.endpoint import EndpointRecorder
+from tests.support.kafka import create_topic, produce
+from tests.support.stack import DevStack, alive
+from tests.support.wait import until
+
+pytestmark = pytest.mark.integration
+
+
+def test_dev_stack_delivers_and_stops_cleanly(tmp_path: Path, endpoint: EndpointRecorder) -> None:
+    stack = DevStack(tmp_path, workers=2)
+    with stack:
+        s = stack.state
+        assert {
+            "portal_url",
+            "kafka_bootstrap",
+            "zk_connect",
+            "db_url",
+            "admin_token",
+            "cluster",
+            "offsets_topic",
+        } <= set(s)
+        roles = sorted(p["role"] for p in s["processes"])
+        assert roles == ["coordinator", "portal", "worker", "worker"]
+        assert {p.get("id") for p in s["processes"] if p["role"] == "worker"} == {"worker-1", "worker-2"}
+        topic = f"dev-{secrets.token_hex(3)}"
+        create_topic(s["kafka_bootstrap"], topic, 3)
+        api = httpx.Client(base_url=s["portal_url"], headers={"Authorization": f"Bearer {s['admin_token']}"})
+        r = api.post(
+            "/api/v1/subscriptions", json={"name": "dev-sub", "topics": [topic], "endpoint": {"url": endpoint.url}}
+        )
+        assert r.status_code == 201, r.text
+        produce(s["kafka_bootstrap"], topic, ((f"k{i}".encode(), b"v", i % 3) for i in range(60)))
+        endpoint.wait_for(lambda rs: len({x.ce_id for x in rs}) >= 60, timeout_s=60, what="60 records via ferry dev")
+        until(
+            lambda: all(
+                p["committed"] == 20
+                for p in api.get("/api/v1/subscriptions/dev-sub/status").json()["partitions"]
+                if p["topic"] == topic
+            ),
+            timeout_s=30,
+            what="status shows every partition committed to its end",
+        )
+        workers = api.get("/api/v1/workers").json()["workers"]
+        assert {w["id"] for w in workers} == {"worker-1", "worker-2"}
+        assert sum(len(w["partitions"]) for w in workers) == 3
+        pids = stack.pids()
+        assert stack.stop() == 0
+    for pid in pids:
+        until(lambda pid=pid: not alive(pid), timeout_s=10, what=f"child {pid} gone")
+
+
+def test_demo_records_reach_the_echo_endpoint(tmp_path: Path) -> None:
+    with DevStack(tmp_path, workers=1, demo=True) as stack:
+        url = stack.state["demo_endpoint_url"]
+
+        def received() -> int:
+            with urllib.request.urlopen(url + "/", timeout=2) as r:
+                return int(json.load(r)["received"])
+
+        until(lambda: received() >= 3, timeout_s=60, what="demo records at the echo endpoint")
