@@ -1,0 +1,280 @@
+// Ferry portal UI: a small hash-routed single page over the REST API. No dependencies, no inline
+// code (strict CSP), and every API value reaches the page through textContent, never innerHTML.
+"use strict";
+
+const main = document.getElementById("main");
+let timer = null;
+
+// ---- helpers -------------------------------------------------------------------------------
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "on") for (const [ev, fn] of Object.entries(v)) node.addEventListener(ev, fn);
+    else if (k === "text") node.textContent = v;
+    else if (v !== null && v !== undefined && v !== false) node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c instanceof Node ? c : String(c));
+  return node;
+}
+function token() { return sessionStorage.getItem("ferry-token"); }
+function toast(message) {
+  const t = document.getElementById("toast");
+  t.textContent = message;
+  t.classList.add("show");
+  setTimeout(() => t.classList.remove("show"), 2500);
+}
+async function api(method, path, body) {
+  const res = await fetch("/api/v1" + path, {
+    method,
+    headers: { "Authorization": "Bearer " + token(), ...(body !== undefined ? { "Content-Type": "application/json" } : {}) },
+    body: body !== undefined ? JSON.stringify(body) : undefined,
+  });
+  if (res.status === 401) { sessionStorage.removeItem("ferry-token"); route(); throw new Error("signed out"); }
+  const data = res.status === 204 ? null : await res.json().catch(() => null);
+  if (!res.ok) { const err = new Error((data && data.error) || res.statusText); err.field = data && data.field; err.status = res.status; throw err; }
+  return data;
+}
+function fmt(n) { return n === null || n === undefined ? "—" : Number(n).toLocaleString(); }
+function badge(state) { return el("span", { class: "badge " + state, text: state }); }
+function clear() { if (timer) { clearInterval(timer); timer = null; } main.replaceChildren(); }
+
+// ---- login ---------------------------------------------------------------------------------
+function login() {
+  document.getElementById("nav").hidden = true;
+  const input = el("input", { id: "token", type: "password", autocomplete: "off", required: true });
+  const error = el("div", { class: "error", id: "login-error" });
+  const form = el("form", { class: "card login", on: { submit: async (e) => {
+    e.preventDefault();
+    const candidate = input.value.trim();
+    const res = await fetch("/api/v1/subscriptions", { headers: { "Authorization": "Bearer " + candidate } }).catch(() => null);
+    if (res && res.ok) {
+      sessionStorage.setItem("ferry-token", candidate);
+      if (location.hash === "#/subscriptions") route(); else location.hash = "#/subscriptions";
+    }
+    else { error.textContent = "That token was not accepted."; input.select(); }
+  } } },
+    el("h1", { text: "Sign in to Ferry" }),
+    el("div", { class: "field" }, el("label", { for: "token", text: "API token" }), input,
+      el("div", { class: "hint", text: "The admin token is printed by `ferry dev` and stored in state.json." })),
+    error,
+    el("button", { class: "primary", type: "submit", text: "Sign in" }));
+  main.append(form);
+  input.focus();
+}
+
+// ---- subscriptions list --------------------------------------------------------------------
+async function list() {
+  const { subscriptions } = await api("GET", "/subscriptions");
+  const rows = subscriptions.map((s) => {
+    const lag = el("td", { class: "num", text: "…" });
+    api("GET", `/subscriptions/${encodeURIComponent(s.name)}/status`).then((st) => {
+      const total = st.partitions.reduce((a, p) => a + (p.lag || 0), 0);
+      lag.textContent = fmt(total);
+    }).catch(() => { lag.textContent = "—"; });
+    return el("tr", {},
+      el("td", {}, el("a", { href: `#/subscriptions/${encodeURIComponent(s.name)}`, text: s.name })),
+      el("td", { text: s.topics.join(", ") }),
+      el("td", { class: "mono", text: s.endpoint.url }),
+      el("td", {}, badge(s.state)),
+      lag);
+  });
+  main.append(
+    el("div", { class: "toolbar" }, el("h1", { text: "Subscriptions" }),
+      el("a", { class: "button primary", href: "#/new", text: "New subscription" })),
+    rows.length
+      ? el("table", {}, el("thead", {}, el("tr", {}, ["Name", "Topics", "Endpoint", "State"].map((h) => el("th", { text: h })), el("th", { class: "num", text: "Lag" }))), el("tbody", {}, rows))
+      : el("p", { class: "card muted", text: "No subscriptions yet. Create one to start pushing records to an HTTP endpoint." }));
+}
+
+// ---- create / edit -------------------------------------------------------------------------
+const FIELDS = [
+  ["name", "Name", "text", "lowercase letters, digits, . _ -"],
+  ["topics", "Topics", "text", "comma-separated Kafka topics"],
+  ["endpoint.url", "Endpoint URL", "url", "http(s) URL records are POSTed to"],
+  ["endpoint.timeout_ms", "Timeout (ms)", "number", ""],
+  ["endpoint.headers", "Endpoint headers", "textarea", "one `Name: value` per line; values are secret and shown as ***"],
+  ["ordering", "Ordering", "select:key,partition,none", "key: per-key order, keys in parallel"],
+  ["max_in_flight", "Max in flight (per partition)", "number", ""],
+  ["retry.max_attempts", "Max attempts", "number", ""],
+  ["retry.initial_backoff_ms", "Initial backoff (ms)", "number", ""],
+  ["retry.max_backoff_ms", "Max backoff (ms)", "number", ""],
+  ["dead_letter_topic", "Dead-letter topic", "text", "default <name>.dlq"],
+  ["start_from", "Start from", "select:earliest,latest", "where a new subscription starts"],
+];
+function get(doc, path) { return path.split(".").reduce((o, k) => (o ? o[k] : undefined), doc); }
+function put(doc, path, value) {
+  const keys = path.split("."); let o = doc;
+  for (const k of keys.slice(0, -1)) o = o[k] = o[k] || {};
+  o[keys[keys.length - 1]] = value;
+}
+async function edit(name) {
+  const existing = name ? await api("GET", `/subscriptions/${encodeURIComponent(name)}`) : null;
+  const inputs = {}; const errors = {};
+  const fields = FIELDS.map(([path, label, type, hint]) => {
+    const id = "f-" + path.replace(/\./g, "-");
+    let input;
+    if (type.startsWith("select:")) input = el("select", { id }, type.slice(7).split(",").map((v) => el("option", { value: v, text: v })));
+    else if (type === "textarea") input = el("textarea", { id, rows: 2 });
+    else input = el("input", { id, type });
+    let value = existing ? get(existing, path) : undefined;
+    if (path === "topics" && value) value = value.join(", ");
+    if (path === "endpoint.headers" && value) value = Object.entries(value).map(([k, v]) => `${k}: ${v}`).join("\n");
+    if (value !== undefined && value !== null) input.value = value;
+    if (path === "name" && existing) input.readOnly = true;
+    inputs[path] = input;
+    errors[path] = el("div", { class: "error", id: id + "-error" });
+    input.setAttribute("aria-describedby", id + "-error");
+    return el("div", { class: "field" }, el("label", { for: id, text: label }), input, hint ? el("div", { class: "hint", text: hint }) : null, errors[path]);
+  });
+  const general = el("div", { class: "error" });
+  const form = el("form", { class: "card", novalidate: true, on: { submit: async (e) => {
+    e.preventDefault();
+    for (const p in errors) { errors[p].textContent = ""; inputs[p].removeAttribute("aria-invalid"); }
+    general.textContent = "";
+    const doc = existing ? JSON.parse(JSON.stringify(existing)) : {};
+    for (const [path, , type] of FIELDS) {
+      let v = inputs[path].value.trim();
+      if (v === "" && path !== "endpoint.headers") continue;
+      if (path === "topics") v = v.split(",").map((t) => t.trim()).filter(Boolean);
+      else if (path === "endpoint.headers") {
+        const h = {};
+        for (const line of v.split("\n")) { const i = line.indexOf(":"); if (i > 0) h[line.slice(0, i).trim()] = line.slice(i + 1).trim(); }
+        v = h;
+      } else if (type === "number") v = Number(v);
+      put(doc, path, v);
+    }
+    try {
+      if (existing) await api("PUT", `/subscriptions/${encodeURIComponent(existing.name)}`, doc);
+      else await api("POST", "/subscriptions", doc);
+      toast(existing ? "Saved" : "Subscription created");
+      location.hash = `#/subscriptions/${encodeURIComponent(doc.name)}`;
+    } catch (err) {
+      const key = err.field && Object.keys(inputs).find((p) => err.field === p || err.field.startsWith(p + "."));
+      if (key) { errors[key].textContent = err.message; inputs[key].setAttribute("aria-invalid", "true"); inputs[key].focus(); }
+      else general.textContent = (err.field ? err.field + ": " : "") + err.message;
+    }
+  } } },
+    el("h1", { text: existing ? `Edit ${existing.name}` : "New subscription" }),
+    el("div", { class: "grid" }, fields), general,
+    el("div", { class: "actions" }, el("button", { class: "primary", type: "submit", text: existing ? "Save" : "Create" }),
+      el("a", { class: "button", href: existing ? `#/subscriptions/${encodeURIComponent(existing.name)}` : "#/subscriptions", text: "Cancel" })));
+  main.append(form);
+  (existing ? inputs["topics"] : inputs["name"]).focus();
+}
+
+// ---- one subscription ----------------------------------------------------------------------
+function drawLag(canvas, history) {
+  const ctx = canvas.getContext("2d");
+  const w = canvas.width = canvas.clientWidth * devicePixelRatio;
+  const h = canvas.height = canvas.clientHeight * devicePixelRatio;
+  ctx.clearRect(0, 0, w, h);
+  const max = Math.max(1, ...history.map((p) => p.lag));
+  ctx.strokeStyle = "#d9dee5"; ctx.lineWidth = 1;
+  for (let i = 0; i <= 4; i++) { const y = 10 + (h - 30) * i / 4; ctx.beginPath(); ctx.moveTo(40, y); ctx.lineTo(w - 10, y); ctx.stroke(); }
+  ctx.fillStyle = "#5b6675"; ctx.font = `${11 * devicePixelRatio}px system-ui`;
+  ctx.fillText(String(max), 4, 14 * devicePixelRatio); ctx.fillText("0", 4, h - 20);
+  if (history.length < 2) return;
+  ctx.strokeStyle = "#0b63ce"; ctx.lineWidth = 2 * devicePixelRatio; ctx.beginPath();
+  history.forEach((p, i) => {
+    const x = 40 + (w - 50) * i / (history.length - 1);
+    const y = 10 + (h - 30) * (1 - p.lag / max);
+    if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
+  });
+  ctx.stroke();
+}
+async function show(name) {
+  const path = `/subscriptions/${encodeURIComponent(name)}`;
+  const sub = await api("GET", path);
+  const state = el("span", {}, badge(sub.state));
+  const body = el("tbody");
+  const canvas = el("canvas", { id: "lag-chart", "aria-label": "Total lag over time" });
+  const history = [];
+  const dlq = el("div");
+  const act = (label, cls, fn) => el("button", { type: "button", class: cls, text: label, on: { click: fn } });
+  const refresh = async () => {
+    const st = await api("GET", path + "/status");
+    state.replaceChildren(badge(st.state));
+    body.replaceChildren(...st.partitions.map((p) => el("tr", {},
+      el("td", { text: p.topic }), el("td", { class: "num", text: p.partition }), el("td", { text: p.worker || "—" }),
+      ...["committed", "high_watermark", "lag", "in_flight", "delivered", "retried", "dead_lettered"].map((k) => el("td", { class: "num", text: fmt(p[k]) })))));
+    history.push({ t: Date.now(), lag: st.partitions.reduce((a, p) => a + (p.lag || 0), 0) });
+    if (history.length > 90) history.shift();
+    drawLag(canvas, history);
+  };
+  const loadDlq = async () => {
+    const { dead_letters } = await api("GET", path + "/dead-letters?limit=20");
+    dlq.replaceChildren(dead_letters.length
+      ? el("table", {}, el("thead", {}, el("tr", {}, ["Source", "Key", "Error", "Attempts"].map((h) => el("th", { text: h })))),
+        el("tbody", {}, dead_letters.map((d) => el("tr", {}, el("td", { class: "mono", text: `${d.source_topic}/${d.source_partition}/${d.source_offset}` }),
+          el("td", { text: d.key === null ? "(null)" : d.key }), el("td", { text: d.error || "" }), el("td", { class: "num", text: fmt(d.attempts) })))))
+      : el("p", { class: "muted", text: "No dead letters." }));
+  };
+  main.append(
+    el("div", { class: "toolbar" }, el("h1", {}, sub.name, " ", state)),
+    el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight`),
+    el("div", { class: "actions" },
+      act("Pause", "", async () => { await api("POST", path + "/pause"); toast("Paused"); refresh(); }),
+      act("Resume", "", async () => { await api("POST", path + "/resume"); toast("Resumed"); refresh(); }),
+      el("a", { class: "button", href: `#/edit/${encodeURIComponent(name)}`, text: "Edit" }),
+      act("Reset offsets…", "", async () => {
+        const to = prompt("Reset to 'earliest', 'latest' or a time (ISO 8601 or epoch ms):", "latest");
+        if (!to) return;
+        const value = to === "earliest" || to === "latest" ? to : (/^\d+$/.test(to) ? Number(to) : Date.parse(to));
+        if (Number.isNaN(value)) { toast("Not a time"); return; }
+        if (!confirm(`Reset ${name} to ${to}? Delivery pauses briefly.`)) return;
+        await api("POST", path + "/reset", { to: value }); toast("Offsets reset"); refresh();
+      }),
+      act("Delete", "danger", async () => {
+        if (!confirm(`Delete subscription ${name}? Its offsets stay in the offsets topic.`)) return;
+        await api("DELETE", path); toast("Deleted"); location.hash = "#/subscriptions";
+      })),
+    el("h2", { text: "Lag" }), canvas,
+    el("h2", { text: "Partitions" }),
+    el("table", { id: "partitions" }, el("thead", {}, el("tr", {}, el("th", { text: "Topic" }), el("th", { class: "num", text: "Partition" }), el("th", { text: "Worker" }),
+      ["Committed", "High watermark", "Lag", "In flight", "Delivered", "Retried", "Dead-lettered"].map((h) => el("th", { class: "num", text: h })))), body),
+    el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }),
+      act("Redrive dead letters", "", async () => {
+        if (!confirm("Send the dead letters through this subscription's retry topic again?")) return;
+        const r = await api("POST", path + "/dead-letters/replay", {}); toast(`Redriven: ${r.replayed}`);
+      })),
+    dlq);
+  await refresh(); loadDlq();
+  timer = setInterval(() => refresh().catch(() => {}), 2000);
+}
+
+// ---- workers -------------------------------------------------------------------------------
+async function workers() {
+  const { workers } = await api("GET", "/workers");
+  main.append(el("h1", { text: "Workers" }), workers.length
+    ? el("table", {}, el("thead", {}, el("tr", {}, ["Worker", "Host", "Since", "Partitions"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, workers.map((w) => el("tr", {}, el("td", { class: "mono", text: w.id }), el("td", { text: w.host || "" }),
+        el("td", { text: w.since ? new Date(w.since).toLocaleString() : "" }),
+        el("td", { text: w.partitions.map((p) => `${p.subscription}:${p.topic}/${p.partition}`).join("  ") || "—" })))))
+    : el("p", { class: "card muted", text: "No live workers." }));
+  timer = setInterval(() => { if (location.hash === "#/workers") { clear(); workers(); } }, 5000);
+}
+
+// ---- router --------------------------------------------------------------------------------
+// Renders run one after another: a hashchange during a render waits instead of interleaving.
+let routing = Promise.resolve();
+function route() { routing = routing.then(render, render); return routing; }
+async function render() {
+  clear();
+  if (!token()) return login();
+  document.getElementById("nav").hidden = false;
+  const h = location.hash || "#/subscriptions";
+  try {
+    let m;
+    if (h === "#/new") await edit(null);
+    else if ((m = h.match(/^#\/edit\/(.+)$/))) await edit(decodeURIComponent(m[1]));
+    else if ((m = h.match(/^#\/subscriptions\/(.+)$/))) await show(decodeURIComponent(m[1]));
+    else if (h === "#/workers") await workers();
+    else await list();
+  } catch (err) {
+    if (err.message !== "signed out") main.append(el("p", { class: "card error", text: err.message }));
+  }
+  main.focus();
+}
+document.getElementById("logout").addEventListener("click", () => { sessionStorage.removeItem("ferry-token"); route(); });
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,86 @@
+"""The web UI in headless Chromium: sign in, create a subscription through the form (with an
+inline validation error first), see its records arrive, pause it. Set FERRY_SCREENSHOTS=1 to
+refresh the screenshots in docs/screenshots/."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+
+from tests.support.endpoint import EndpointRecorder
+from tests.support.kafka import create_topic, produce
+from tests.support.stack import DevStack
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_create_watch_and_pause_in_the_browser(tmp_path: Path, endpoint: EndpointRecorder) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    shots = DOCS if os.environ.get("FERRY_SCREENSHOTS") else tmp_path
+    with DevStack(tmp_path, workers=2) as stack, sync_playwright() as pw:
+        s = stack.state
+        topic = f"ui-{secrets.token_hex(3)}"
+        create_topic(s["kafka_bootstrap"], topic, 2)
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1200, "height": 800})
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.goto(s["portal_url"])
+        page.fill("#token", "not-the-token")
+        page.click("button[type=submit]")
+        expect(page.locator("#login-error")).to_have_text("That token was not accepted.")
+        page.fill("#token", s["admin_token"])
+        page.click("button[type=submit]")
+        expect(page.get_by_role("heading", name="Subscriptions")).to_be_visible()
+
+        page.click("text=New subscription")
+        page.fill("#f-name", "ui-orders")
+        page.fill("#f-topics", topic)
+        page.fill("#f-endpoint-url", "ftp://example.invalid/hook")
+        page.click("button:has-text('Create')")
+        expect(page.locator("#f-endpoint-url-error")).to_contain_text("http or https")
+        expect(page.locator("#f-endpoint-url")).to_have_attribute("aria-invalid", "true")
+        page.screenshot(path=str(shots / "create-form-error.png"), full_page=True)
+        page.fill("#f-endpoint-url", endpoint.url)
+        page.fill("#f-endpoint-headers", "Authorization: Bearer ui-secret")
+        page.click("button:has-text('Create')")
+        expect(page.get_by_role("heading", name="ui-orders")).to_be_visible()
+
+        produce(s["kafka_bootstrap"], topic, ((f"k{i}".encode(), b"{}", i % 2) for i in range(40)))
+        endpoint.wait_for(
+            lambda rs: len({r.ce_id for r in rs}) >= 40, timeout_s=60, what="40 records via the UI's subscription"
+        )
+        assert all(r.headers.get("authorization") == "Bearer ui-secret" for r in endpoint.snapshot())
+        committed = page.locator("#partitions tbody tr td:nth-child(4)")
+        expect(committed).to_have_text(["20", "20"], timeout=30_000)
+        page.screenshot(path=str(shots / "subscription.png"), full_page=True)
+
+        page.click("button:has-text('Pause')")
+        expect(page.locator("h1 .badge")).to_have_text("paused", timeout=10_000)
+
+        page.goto(s["portal_url"] + "/#/subscriptions")
+        expect(page.get_by_role("link", name="ui-orders")).to_be_visible()
+        expect(page.locator("tbody tr").first).to_contain_text("paused")
+        page.screenshot(path=str(shots / "subscriptions.png"), full_page=True)
+        page.goto(s["portal_url"] + "/#/workers")
+        expect(page.locator("tbody tr")).to_have_count(2)
+        page.screenshot(path=str(shots / "workers.png"), full_page=True)
+        assert "ui-secret" not in page.content()
+        assert not [e for e in errors if "Content Security Policy" in e], errors
+        browser.close()
