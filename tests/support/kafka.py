@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ferry import kafka
+from ferry.errors import OffsetRecordError
 from ferry.offsets import OffsetState, decode_key, decode_value, fold
 from ferry.subscription import PartitionRef
 
@@ -47,7 +49,8 @@ def offset_states(bootstrap: str, offsets_topic: str) -> dict[PartitionRef, Offs
 
     def take(msg) -> None:  # type: ignore[no-untyped-def]
         raw = msg.value()
-        logs.setdefault(decode_key(msg.key()), []).append(None if raw is None else decode_value(raw))
+        with contextlib.suppress(OffsetRecordError):  # skipped, as a worker's restore skips it
+            logs.setdefault(decode_key(msg.key()), []).append(None if raw is None else decode_value(raw))
 
     kafka.read_to_end({"bootstrap.servers": bootstrap}, offsets_topic, take)
     return {ref: fold(states) for ref, states in logs.items()}
