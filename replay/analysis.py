@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import pandas as pd
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -35,51 +34,58 @@ FINAL = "subscription string, topic string, partition int, committed long, epoch
 KEY = ["subscription", "topic", "partition"]
 
 
-def _decode(rows: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
+_DECODED_NAMES = [c.split()[0] for c in DECODED.split(", ")]
+
+
+def _decode(batches: Iterable[Any]) -> Iterator[Any]:
     import json
+
+    import pyarrow as pa
 
     from ferry.errors import OffsetRecordError
     from ferry.offsets import decode_key, decode_value
 
-    for r in rows:
-        key, value = r["key"], r["value"]
-        sub = topic = worker = acked = error = None
-        partition = committed = epoch = gaps = span = None
-        ts = r["kafka_timestamp"]
-        tombstone = False
-        try:
-            ref = decode_key(bytes(key) if key is not None else b"")
-            sub, topic, partition = ref.subscription, ref.topic, ref.partition
-            if value is None:
-                tombstone = True
-            else:
-                s = decode_value(bytes(value))
-                ts, committed, epoch, worker = s.ts, s.committed, s.epoch, s.worker
-                gaps, span, acked = len(s.acked), sum(hi - lo for lo, hi in s.acked), json.dumps(s.acked)
-        except OffsetRecordError as exc:
-            error = str(exc)
-        yield (
-            sub,
-            topic,
-            partition,
-            r["kafka_partition"],
-            r["kafka_offset"],
-            r["kafka_timestamp"],
-            ts,
-            committed,
-            epoch,
-            worker,
-            gaps,
-            span,
-            acked,
-            tombstone,
-            error,
-        )
+    schema = _arrow_schema()
+    for b in batches:
+        d = b.to_pydict()
+        out: dict[str, list[Any]] = {n: [] for n in _DECODED_NAMES}
+        for kp, ko, kts, key, value in zip(
+            d["kafka_partition"], d["kafka_offset"], d["kafka_timestamp"], d["key"], d["value"], strict=True
+        ):
+            sub = topic = worker = acked = error = None
+            partition = committed = epoch = gaps = span = None
+            ts = kts
+            tombstone = False
+            try:
+                ref = decode_key(key if key is not None else b"")
+                sub, topic, partition = ref.subscription, ref.topic, ref.partition
+                if value is None:
+                    tombstone = True
+                else:
+                    s = decode_value(value)
+                    ts, committed, epoch, worker = s.ts, s.committed, s.epoch, s.worker
+                    gaps, span, acked = len(s.acked), sum(hi - lo for lo, hi in s.acked), json.dumps(s.acked)
+            except OffsetRecordError as exc:
+                error = str(exc)
+            for name, v in zip(
+                _DECODED_NAMES,
+                (sub, topic, partition, kp, ko, kts, ts, committed, epoch, worker, gaps, span, acked, tombstone, error),
+                strict=True,
+            ):
+                out[name].append(v)
+        yield pa.RecordBatch.from_pydict(out, schema=schema)
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int": pa.int32(), "long": pa.int64(), "boolean": pa.bool_()}
+    return pa.schema([(c.split()[0], types[c.split()[1]]) for c in DECODED.split(", ")])
 
 
 def decode(raw: DataFrame) -> DataFrame:
-    """Every offset record decoded by the shared codec (``ferry.offsets``), plain Python per partition."""
-    return raw.sparkSession.createDataFrame(raw.rdd.mapPartitions(_decode), DECODED)
+    """Every offset record decoded by the shared codec (``ferry.offsets``), Arrow batches in and out."""
+    return raw.mapInArrow(_decode, DECODED)
 
 
 def timeline(decoded: DataFrame) -> DataFrame:
@@ -109,41 +115,49 @@ def handoffs(tl: DataFrame) -> DataFrame:
     return prev.where(F.col("previous_epoch").isNotNull() & (F.col("epoch") > F.col("previous_epoch")))
 
 
-def _fold(df: pd.DataFrame) -> pd.DataFrame:
+def _fold_partition(batches: Iterable[Any]) -> Iterator[Any]:
+    """The shared fold over each key's records, within one Kafka partition of the offsets topic.
+
+    A key's records all live in one partition (keyed writes), read here in log order, so the
+    fold needs no shuffle."""
     import json
+
+    import pyarrow as pa
 
     from ferry.offsets import OffsetState, fold
 
-    df = df.sort_values("kafka_offset")
-    states: list[OffsetState | None] = []
-    for r in df.itertuples(index=False):
-        if r.tombstone:
-            states.append(None)
-        elif r.error is None or (isinstance(r.error, float) and pd.isna(r.error)):
-            acked = tuple(tuple(x) for x in json.loads(r.acked_json))
-            states.append(OffsetState(int(r.committed), acked, int(r.epoch), str(r.worker), int(r.ts)))
-    final = fold(states)
-    if final is None:
-        return pd.DataFrame([], columns=[c.split()[0] for c in FINAL.split(", ")])
-    first = df.iloc[0]
-    return pd.DataFrame(
-        [
-            {
-                "subscription": first.subscription,
-                "topic": first.topic,
-                "partition": int(first.partition),
-                "committed": final.committed,
-                "epoch": final.epoch,
-                "worker": final.worker,
-                "ts": final.ts,
-            }
-        ]
-    )
+    logs: dict[tuple[str, str, int], list[OffsetState | None]] = {}
+    for b in batches:
+        d = b.to_pydict()
+        for i in range(b.num_rows):
+            if d["subscription"][i] is None:
+                continue
+            k = (d["subscription"][i], d["topic"][i], d["partition"][i])
+            if d["tombstone"][i]:
+                logs.setdefault(k, []).append(None)
+            elif d["error"][i] is None:
+                acked = tuple(tuple(x) for x in json.loads(d["acked_json"][i]))
+                logs.setdefault(k, []).append(
+                    OffsetState(d["committed"][i], acked, d["epoch"][i], d["worker"][i], d["ts"][i])
+                )
+    out: dict[str, list[Any]] = {
+        n: [] for n in ("subscription", "topic", "partition", "committed", "epoch", "worker", "ts")
+    }
+    for (sub, topic, part), states in logs.items():
+        final = fold(states)
+        if final is None:
+            continue
+        for n, v in zip(out, (sub, topic, part, final.committed, final.epoch, final.worker, final.ts), strict=True):
+            out[n].append(v)
+    types = [pa.string(), pa.string(), pa.int32(), pa.int64(), pa.int64(), pa.string(), pa.int64()]
+    yield pa.RecordBatch.from_pydict(out, schema=pa.schema(list(zip(out, types, strict=True))))
 
 
 def final_state(decoded: DataFrame) -> DataFrame:
-    keyed = decoded.where(F.col("subscription").isNotNull())
-    return keyed.groupBy(*KEY).applyInPandas(_fold, FINAL)
+    per_partition = decoded.mapInArrow(_fold_partition, FINAL)
+    # A key written to two partitions (never by Ferry) resolves like the fold would: highest epoch, then latest.
+    w = Window.partitionBy(*KEY).orderBy(F.col("epoch").desc(), F.col("ts").desc())
+    return per_partition.withColumn("_n", F.row_number().over(w)).where("_n = 1").drop("_n")
 
 
 def per_minute(tl: DataFrame) -> DataFrame:
