@@ -1,0 +1,194 @@
+"""The Helm chart: strict lint, rendering with defaults / every option / bad values, and every
+manifest validated against Kubernetes 1.30 and 1.37 (helm-python-sdk, no helm binary)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+helm = pytest.importorskip("helm_python")
+
+CHART = Path(__file__).resolve().parents[2] / "helm" / "ferry"
+REQUIRED = {
+    "zookeeper": {"connect": "zk-0.zk:2181,zk-1.zk:2181"},
+    "kafka": {"bootstrap": "kafka:9092"},
+    "database": {"url": "mysql+pymysql://ferry:db-password-x@mysql:3306/ferry"},
+}
+ALL_ON = {
+    **REQUIRED,
+    "kafka": {"bootstrap": "kafka:9093", "config": {"security.protocol": "SASL_SSL", "sasl.password": "sasl-secret-x"}},
+    "admin": {"token": "admin-token-x"},
+    "worker": {"autoscaling": {"enabled": True}, "endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]},
+    "portal": {"ingress": {"enabled": True, "className": "nginx", "tlsSecret": "ferry-tls"}, "pdb": {"enabled": True}},
+    "metrics": {"serviceMonitor": {"enabled": True}},
+    "networkPolicy": {"enabled": True},
+    "replay": {"enabled": True, "persistentVolumeClaim": "ferry-reports"},
+}
+KUBE_VERSIONS = ["1.30.0", "1.37.0"]
+SECRETS = ["db-password-x", "sasl-secret-x", "admin-token-x"]
+
+
+def render(values: dict[str, Any]) -> list[dict[str, Any]]:
+    chart = helm.Chart.load(str(CHART))
+    out = chart.render(values, name="ferry", namespace="ferry", is_install=True)
+    docs = []
+    for path, text in out.items():
+        if path.endswith("NOTES.txt"):
+            continue
+        docs += [d for d in yaml.safe_load_all(text) if d]
+    return docs
+
+
+def containers(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = doc["spec"]
+    if doc["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    pod = spec["template"]["spec"]
+    return list(pod.get("containers", [])) + list(pod.get("initContainers", []))
+
+
+def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
+    spec = doc["spec"]["jobTemplate"]["spec"] if doc["kind"] == "CronJob" else doc["spec"]
+    return dict(spec["template"]["spec"])
+
+
+@pytest.mark.parametrize("values", [REQUIRED, ALL_ON], ids=["defaults", "all-options"])
+def test_lint_strict(values: dict[str, Any]) -> None:
+    report = helm.lint(str(CHART), values, strict=True)
+    assert not report["errors"], report
+    assert not [m for m in report["messages"] if m["severity"] >= 2], report
+
+
+@pytest.mark.parametrize("values", [REQUIRED, ALL_ON], ids=["defaults", "all-options"])
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+def test_manifests_validate_strictly(values: dict[str, Any], kube: str) -> None:
+    docs = render(values)
+    for doc in docs:
+        if doc["kind"] == "ServiceMonitor":
+            continue  # a CRD: not in the Kubernetes schemas
+        kubernetes_validate.validate(doc, kube, strict=True)
+
+
+def test_what_matters() -> None:
+    docs = render(ALL_ON)
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in docs}
+    for kind, name in [
+        ("Deployment", "ferry-coordinator"),
+        ("Deployment", "ferry-worker"),
+        ("Deployment", "ferry-portal"),
+        ("Service", "ferry-portal"),
+        ("Ingress", "ferry-portal"),
+        ("Job", "ferry-migrate"),
+        ("HorizontalPodAutoscaler", "ferry-worker"),
+        ("ServiceMonitor", "ferry"),
+        ("CronJob", "ferry-replay"),
+        ("ConfigMap", "ferry"),
+        ("Secret", "ferry"),
+        ("ServiceAccount", "ferry"),
+        ("PodDisruptionBudget", "ferry-worker"),
+        ("NetworkPolicy", "ferry-portal"),
+    ]:
+        assert (kind, name) in kinds, (kind, name)
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    job = by[("Job", "ferry-migrate")]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert "hook-succeeded" in job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    assert containers(job)[0]["args"] == ["migrate"]
+    # The secret the hook reads exists before it (lower hook weight).
+    secret = by[("Secret", "ferry")]
+    assert int(secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+        job["metadata"]["annotations"]["helm.sh/hook-weight"]
+    )
+    assert by[("Deployment", "ferry-coordinator")]["spec"]["replicas"] == 2
+    assert "replicas" not in by[("Deployment", "ferry-worker")]["spec"]  # the HPA owns it
+
+    workloads = [d for d in docs if d["kind"] in ("Deployment", "Job", "CronJob")]
+    for d in workloads:
+        pod = pod_spec(d)
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        for c in containers(d):
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert c["resources"]["requests"] and c["resources"]["limits"]
+            if d["kind"] == "Deployment":
+                assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+                assert c["readinessProbe"]["httpGet"]["path"] in ("/readyz", "/healthz")
+        if d["kind"] == "Deployment":
+            # Labels and selectors agree.
+            sel = d["spec"]["selector"]["matchLabels"]
+            assert sel.items() <= d["spec"]["template"]["metadata"]["labels"].items()
+            ann = d["spec"]["template"]["metadata"]["annotations"]
+            assert ann["prometheus.io/scrape"] == "true" and "checksum/config" in ann
+    worker = by[("Deployment", "ferry-worker")]
+    grace = pod_spec(worker)["terminationGracePeriodSeconds"]
+    assert grace * 1000 > 10000, "grace period must exceed the worker's drain timeout"
+    svc = by[("Service", "ferry-portal")]
+    assert (
+        svc["spec"]["selector"].items()
+        <= by[("Deployment", "ferry-portal")]["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+    # Secrets only in Secrets.
+    for d in docs:
+        if d["kind"] == "Secret":
+            continue
+        text = yaml.safe_dump(d)
+        for s in SECRETS:
+            assert s not in text, f"{s} leaked into {d['kind']} {d['metadata']['name']}"
+    cm = by[("ConfigMap", "ferry")]["data"]
+    assert cm["FERRY_ZK_CONNECT"] == "zk-0.zk:2181,zk-1.zk:2181" and cm["FERRY_METRICS_HOST"] == "0.0.0.0"
+
+
+def test_grace_period_follows_the_drain_timeout() -> None:
+    values = copy.deepcopy(REQUIRED)
+    values["worker"] = {"drainTimeoutMs": 60000}
+    worker = next(d for d in render(values) if d["kind"] == "Deployment" and d["metadata"]["name"] == "ferry-worker")
+    assert pod_spec(worker)["terminationGracePeriodSeconds"] > 60
+
+
+def test_existing_secret() -> None:
+    values = {**REQUIRED, "database": {"existingSecret": "db-creds", "existingSecretKey": "url"}}
+    docs = render(values)
+    job = next(d for d in docs if d["kind"] == "Job")
+    ref = containers(job)[0]["env"][0]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "db-creds", "key": "url"}
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    assert "db-url" not in secret["stringData"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"worker": {"replicas": -1}},
+        {"worker": {"replicas": "three"}},
+        {"log": {"level": "LOUD"}},
+        {"portal": {"service": {"type": "Magic"}}},
+        {"coordinator": {"metricsPort": 70000}},
+        {"worker": {"autoscaling": {"targetCPUUtilizationPercentage": 150}}},
+        {"unknownKey": 1},
+        {"image": {"pullPolicy": "Sometimes"}},
+    ],
+)
+def test_bad_values_are_rejected(bad: dict[str, Any]) -> None:
+    chart = helm.Chart.load(str(CHART))
+    values = copy.deepcopy(REQUIRED)
+    for k, v in bad.items():
+        values[k] = {**values.get(k, {}), **v} if isinstance(v, dict) else v
+    with pytest.raises(helm.HelmError):
+        chart.validate_schema(values)
+    with pytest.raises(helm.HelmError):
+        chart.render(values, name="ferry", namespace="ferry")
+
+
+def test_missing_required_values_fail_with_a_clear_message() -> None:
+    chart = helm.Chart.load(str(CHART))
+    with pytest.raises(helm.HelmError, match=r"zookeeper\.connect is required"):
+        chart.render(
+            {"kafka": {"bootstrap": "k:9092"}, "database": {"url": "sqlite://"}}, name="ferry", namespace="ferry"
+        )
