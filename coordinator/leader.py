@@ -54,6 +54,7 @@ class Leader:
         self._term = 0
         self._counts: dict[str, int] = {}
         self._counts_at = 0.0
+        self._missing: set[str] = set()
         self._written: dict[str, Any] = {}
         self.current: dict[PartitionRef, str] = {}
         self.leading = False
@@ -88,6 +89,7 @@ class Leader:
 
             def wake_subscriptions(_data: bytes | None, _stat: Any) -> bool:
                 self.catalog.invalidate()
+                self._counts_at = 0.0  # a change may come with a new topic (e.g. a redrive's retry topic)
                 self._dirty.set()
                 return self._term == term and self.leading
 
@@ -195,8 +197,6 @@ class Leader:
             except kafka.KafkaUnavailable as exc:
                 _log.error("leader.kafka_unavailable", error=str(exc))
         return self._counts
-
-    _missing: set[str] = set()
 
     def _write(
         self, workers: dict[str, float], assignment: dict[PartitionRef, str], subs: dict[str, Subscription]

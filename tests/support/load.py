@@ -23,7 +23,7 @@ class Trickle:
         self.confirmed: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2})
+        self._producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
         self._thread = threading.Thread(target=self._run, daemon=True, name="trickle")
 
     def _done(self, err: object, msg: object) -> None:
@@ -50,11 +50,16 @@ class Trickle:
             )
             self._producer.poll(0)
             i += 1
-        self._producer.flush(30)
+        self._producer.flush(60)
 
     def start(self) -> Trickle:
         self._thread.start()
         return self
+
+    def finish(self, timeout_s: float = 120.0) -> set[tuple[int, int]]:
+        """Let the producer reach ``max_records`` (bounded by ``timeout_s``), then stop it."""
+        self._thread.join(timeout_s)
+        return self.stop()
 
     def stop(self) -> set[tuple[int, int]]:
         self._stop.set()
