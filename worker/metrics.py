@@ -31,6 +31,13 @@ class WorkerMetrics:
         )
         self.commits = Counter("ferry_offset_commits", "Offset states written.", ["subscription"], registry=r)
         self.owned = Gauge("ferry_partitions_owned", "Partitions this worker owns.", registry=r)
+        self.handoff_seconds = Histogram(
+            "ferry_handoff_duration_seconds",
+            "Taking a partition (assigned → owner → restored) or releasing it (drain + flush).",
+            ["direction"],
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
         self.handoffs = Counter(
             "ferry_partition_handoffs", "Partitions acquired or released by this worker.", ["direction"], registry=r
         )

@@ -198,9 +198,9 @@ class ZkSource:
 
     async def _take(self, ref: PartitionRef) -> None:
         owner = zkpaths.owner(self.cluster, *ref)
+        seen = time.monotonic()
         try:
             while ref in self.desired and not self._lost:
-                seen = time.monotonic()
                 epoch = await asyncio.to_thread(self._try_take, ref)
                 if epoch is not None:
                     self.owned[ref] = epoch
@@ -262,6 +262,7 @@ class ZkSource:
             await self.engine.release(ref)
             epoch = self.owned.pop(ref, None)
             await asyncio.to_thread(self._drop_owner, ref)
+            self.engine.metrics.handoff_seconds.labels("release").observe(time.monotonic() - started)
             _log.info(
                 "handoff.released", key=ref.key(), epoch=epoch, release_ms=int((time.monotonic() - started) * 1000)
             )

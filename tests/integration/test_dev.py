@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import signal
 import urllib.request
 from pathlib import Path
 
@@ -55,6 +57,22 @@ def test_dev_stack_delivers_and_stops_cleanly(tmp_path: Path, endpoint: Endpoint
         workers = api.get("/api/v1/workers").json()["workers"]
         assert {w["id"] for w in workers} == {"worker-1", "worker-2"}
         assert sum(len(w["partitions"]) for w in workers) == 3
+        # A crashed child is restarted and reported in state.json.
+        victim = next(p for p in s["processes"] if p.get("id") == "worker-1")
+        os.kill(victim["pid"], signal.SIGKILL)
+
+        def restarted() -> dict | None:  # type: ignore[type-arg]
+            state = json.loads((stack.dir / "state.json").read_text())
+            w = next(p for p in state["processes"] if p.get("id") == "worker-1")
+            return state if w.get("restarts") == 1 and w["pid"] != victim["pid"] and alive(w["pid"]) else None
+
+        stack.state = until(restarted, timeout_s=30, what="worker-1 restarted by the supervisor")
+        assert stack.state["restarts"] == 1
+        until(
+            lambda: {w["id"] for w in api.get("/api/v1/workers").json()["workers"]} == {"worker-1", "worker-2"},
+            timeout_s=30,
+            what="the restarted worker registered again",
+        )
         pids = stack.pids()
         assert stack.stop() == 0
     for pid in pids:
