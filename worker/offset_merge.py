@@ -33,9 +33,21 @@ class OffsetMerge:
 
     def ack(self, offset: int) -> None:
         """Acknowledge one offset. Acknowledging twice is harmless."""
-        if offset == self.committed and (not self._los or offset + 1 < self._los[0]):
-            self.committed = offset + 1
-            return
+        los, his = self._los, self._his
+        if offset == self.committed:
+            if not los or offset + 1 < los[0]:
+                self.committed = offset + 1
+                return
+        elif offset > self.committed and his:
+            # Fast paths around the newest range, where most out-of-order acks land.
+            last = his[-1]
+            if offset == last:
+                his[-1] = last + 1
+                return
+            if offset > last:
+                los.append(offset)
+                his.append(offset + 1)
+                return
         self.ack_range(offset, offset + 1)
 
     def ack_range(self, lo: int, hi: int) -> None:
