@@ -67,24 +67,18 @@ def read_to_end(
     start: Mapping[int, int] | None = None,
     timeout_s: float = 30.0,
     stop_at: Mapping[int, int] | None = None,
+    consumer: Consumer | None = None,
 ) -> dict[int, int]:
     """Read every partition of ``topic`` from ``start`` (default: beginning) to its end.
 
-    ``stop_at`` optionally gives, per partition, an offset to stop before. Returns the end
-    offset (high watermark) of each partition. Raises :class:`KafkaUnavailable` past the deadline.
+    ``stop_at`` optionally gives, per partition, an offset to stop before. ``consumer`` (from
+    :func:`reader`) is reused and left open: repeated reads then skip connecting to the brokers.
+    Returns the end offset (high watermark) of each partition. Raises :class:`KafkaUnavailable`
+    past the deadline.
     """
-    cfg = dict(client_config)
-    cfg.update(
-        {
-            "group.id": cfg.get("group.id", "ferry.reader"),
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "fetch.queue.backoff.ms": 10,
-            "fetch.wait.max.ms": 10,
-        }
-    )
-    consumer = Consumer(cfg)
+    owned = consumer is None
+    if consumer is None:
+        consumer = reader(client_config)
     ends: dict[int, int] = {}
     try:
         try:
@@ -100,7 +94,8 @@ def read_to_end(
         while waiting:
             if time.monotonic() > deadline:
                 raise KafkaUnavailable(f"reading {topic!r} did not reach the end of partitions {sorted(waiting)}")
-            for msg in consumer.consume(500, 0.2):
+            # consume() waits out its timeout unless 500 arrive: short, so reaching the end is quick.
+            for msg in consumer.consume(500, 0.01):
                 p = cast(int, msg.partition())
                 offset = cast(int, msg.offset())
                 err = msg.error()
@@ -119,5 +114,24 @@ def read_to_end(
                     continue
                 on_message(msg)
     finally:
-        consumer.close()
+        if owned:
+            consumer.close()
+        else:
+            consumer.unassign()
     return ends
+
+
+def reader(client_config: Mapping[str, Any]) -> Consumer:
+    """A consumer set up for :func:`read_to_end` (never joins a group; stops at partition EOF)."""
+    cfg = dict(client_config)
+    cfg.update(
+        {
+            "group.id": cfg.get("group.id", "ferry.reader"),
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "fetch.queue.backoff.ms": 10,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    return Consumer(cfg)

@@ -162,7 +162,7 @@ class Cluster:
             c.assign([TopicPartition(topic, partition, start)])
             deadline = time.monotonic() + SCAN_TIMEOUT_S
             while time.monotonic() < deadline:
-                for m in c.consume(1000, 0.2):
+                for m in c.consume(1000, 0.01):
                     err = m.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:

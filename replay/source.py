@@ -92,7 +92,7 @@ class KafkaReader(DataSourceReader):
             while True:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"reading {topic}[{p}] did not reach its end in time")
-                for m in consumer.consume(5000, 0.5):
+                for m in consumer.consume(5000, 0.05):
                     err = m.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:

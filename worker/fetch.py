@@ -130,7 +130,9 @@ class Fetcher:
                         continue
                     self._ops.put(op)
                     continue
-                msgs = consumer.consume(self._batch_size, 0.1)
+                # consume() waits out its timeout unless the batch fills: keep it short, or every
+                # partial batch would add that much latency.
+                msgs = consumer.consume(self._batch_size, 0.005)
                 if not msgs:
                     continue
                 batch = Batch()

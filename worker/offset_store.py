@@ -34,6 +34,9 @@ class OffsetStore:
         self._committers: dict[str, Consumer] = {}
         self._pending: dict[PartitionRef, asyncio.Future[OffsetState | None]] = {}
         self._reader: asyncio.Task[None] | None = None
+        # Kept open between restores (used by one read at a time): a handoff's restore then
+        # skips connecting to the brokers, which was most of its time.
+        self._reader_consumer: Consumer | None = None
 
     def ensure_topic(self) -> None:
         if kafka.ensure_topic(self._cfg, self.topic, OFFSETS_TOPIC_PARTITIONS, {"cleanup.policy": "compact"}):
@@ -94,7 +97,9 @@ class OffsetStore:
                     current_epoch=current.epoch if current else None,
                 )
 
-        kafka.read_to_end({**self._cfg, "group.id": "ferry.offsets-reader"}, self.topic, take)
+        if self._reader_consumer is None:
+            self._reader_consumer = kafka.reader({**self._cfg, "group.id": "ferry.offsets-reader"})
+        kafka.read_to_end(self._cfg, self.topic, take, consumer=self._reader_consumer)
         return states
 
     # --- write ---------------------------------------------------------------------------
@@ -115,6 +120,9 @@ class OffsetStore:
             _log.warning("offsets.group_commit_failed", group=group_id, key=ref.key(), error=str(exc))
 
     def close(self) -> None:
+        if self._reader_consumer is not None:
+            self._reader_consumer.close()
+            self._reader_consumer = None
         for c in self._committers.values():
             c.close()
         self._committers.clear()

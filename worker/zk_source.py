@@ -213,9 +213,9 @@ class ZkSource:
                         await asyncio.to_thread(self._drop_owner, ref)
                         self.loop.call_later(1.0, self._wake.set)
                         return
-                    _log.info(
-                        "handoff.taken", key=ref.key(), epoch=epoch, wait_ms=int((time.monotonic() - seen) * 1000)
-                    )
+                    took_s = time.monotonic() - seen
+                    self.engine.metrics.handoff_seconds.labels("acquire").observe(took_s)
+                    _log.info("handoff.taken", key=ref.key(), epoch=epoch, wait_ms=int(took_s * 1000))
                     return
                 gone, fired = self._watch_event()
                 stat = await asyncio.to_thread(self.zk.exists, owner, watch=fired)
