@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from ferry import db
-from portal.app import ENGINE, ApiError, actor, read_json
+from portal.app import ENGINE, PRINCIPAL, ApiError, actor, read_json
 
 
 def _token(row: db.ApiToken) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def _token(row: db.ApiToken) -> dict[str, Any]:
 
 
 def _admin(request: web.Request) -> None:
-    if not request["principal"].admin:
+    if not request[PRINCIPAL].admin:
         raise ApiError(403, "only admin tokens may manage tokens or read the audit log")
 
 

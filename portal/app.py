@@ -31,6 +31,7 @@ SETTINGS = web.AppKey("settings", Settings)
 ENGINE = web.AppKey("engine", Engine)
 CLUSTER = web.AppKey("cluster", Cluster)
 METRICS = web.AppKey("metrics", dict)
+PRINCIPAL = web.RequestKey("principal", auth.Principal)
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -97,7 +98,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         raise ApiError(401, "invalid or revoked token")
     if request.method not in ("GET", "HEAD") and not principal.admin:
         raise ApiError(403, "this token may only read; an admin token is needed to change anything")
-    request["principal"] = principal
+    request[PRINCIPAL] = principal
     return await handler(request)
 
 
@@ -126,7 +127,7 @@ async def read_json(request: web.Request) -> Any:
 
 
 def actor(request: web.Request) -> str:
-    return str(request["principal"].name)
+    return str(request[PRINCIPAL].name)
 
 
 def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Application:

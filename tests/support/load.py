@@ -51,6 +51,8 @@ class Trickle:
             self._producer.poll(0)
             i += 1
         self._producer.flush(60)
+        # Free the client now: a producer left for the garbage collector outlives the broker and logs errors.
+        del self._producer
 
     def start(self) -> Trickle:
         self._thread.start()
