@@ -35,6 +35,17 @@ READY_TIMEOUT_S = 90.0
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0)
 
 
+def restart_delay_s(restarts: int, backoff_s: tuple[float, ...] = RESTART_BACKOFF_S) -> float:
+    """Delay before restarting a child that has already been restarted ``restarts`` times.
+
+    Grows along ``backoff_s`` and stays at its last step, so a child crashing in a loop is
+    retried every few seconds instead of spinning the machine.
+    """
+    if restarts < 0:
+        raise ValueError("restarts must be >= 0")
+    return backoff_s[min(restarts, len(backoff_s) - 1)]
+
+
 class Child:
     """One supervised child process and its restart history."""
 
@@ -55,6 +66,9 @@ class Child:
 
 
 def _port(value: int, flag: str) -> int:
+    """The port to use for ``flag``: ``0`` picks a free one; a taken or invalid port is refused."""
+    if not 0 <= value <= 65535:
+        raise ConfigError(flag, f"{value} is not a TCP port; pass 1-65535, or 0 for a free one")
     if value == 0:
         return embedded.free_port()
     if embedded.port_open(value):
@@ -217,7 +231,8 @@ class DevStack:
         self.state["demo_endpoint_url"] = echo_url
 
     def _write_state(self) -> None:
-        self.state["processes"] = [c.describe() for c in self.children]
+        infra = [{"role": p.name, "pid": p.proc.pid} for p in self.infra if p.proc is not None]
+        self.state["processes"] = [c.describe() for c in self.children] + infra
         self.state["restarts"] = sum(c.restarts for c in self.children)
         tmp = self.dir / "state.json.tmp"
         tmp.write_text(json.dumps(self.state, indent=2))
@@ -232,7 +247,7 @@ class DevStack:
                 continue
             if c.next_restart == 0.0:
                 code = c.proc.proc.returncode if c.proc.proc else None
-                delay = RESTART_BACKOFF_S[min(c.restarts, len(RESTART_BACKOFF_S) - 1)]
+                delay = restart_delay_s(c.restarts)
                 c.next_restart = now + delay
                 _log.error(
                     "dev.child_exited", role=c.role, id=c.id, code=code, restart_in_s=delay, log=str(c.proc.log_path)

@@ -8,13 +8,14 @@ import secrets
 import signal
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.support.endpoint import EndpointRecorder
 from tests.support.kafka import create_topic, produce
-from tests.support.stack import DevStack, alive
+from tests.support.stack import DevStack, alive, group_alive
 from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
@@ -34,7 +35,7 @@ def test_dev_stack_delivers_and_stops_cleanly(tmp_path: Path, endpoint: Endpoint
             "offsets_topic",
         } <= set(s)
         roles = sorted(p["role"] for p in s["processes"])
-        assert roles == ["coordinator", "portal", "worker", "worker"]
+        assert roles == ["coordinator", "kafka", "portal", "worker", "worker", "zookeeper"]
         assert {p.get("id") for p in s["processes"] if p["role"] == "worker"} == {"worker-1", "worker-2"}
         topic = f"dev-{secrets.token_hex(3)}"
         create_topic(s["kafka_bootstrap"], topic, 3)
@@ -61,12 +62,14 @@ def test_dev_stack_delivers_and_stops_cleanly(tmp_path: Path, endpoint: Endpoint
         victim = next(p for p in s["processes"] if p.get("id") == "worker-1")
         os.kill(victim["pid"], signal.SIGKILL)
 
-        def restarted() -> dict | None:  # type: ignore[type-arg]
+        def restarted() -> dict[str, Any] | None:
             state = json.loads((stack.dir / "state.json").read_text())
             w = next(p for p in state["processes"] if p.get("id") == "worker-1")
             return state if w.get("restarts") == 1 and w["pid"] != victim["pid"] and alive(w["pid"]) else None
 
-        stack.state = until(restarted, timeout_s=30, what="worker-1 restarted by the supervisor")
+        new_state = until(restarted, timeout_s=30, what="worker-1 restarted by the supervisor")
+        assert new_state is not None
+        stack.state = new_state
         assert stack.state["restarts"] == 1
         until(
             lambda: {w["id"] for w in api.get("/api/v1/workers").json()["workers"]} == {"worker-1", "worker-2"},
@@ -75,8 +78,9 @@ def test_dev_stack_delivers_and_stops_cleanly(tmp_path: Path, endpoint: Endpoint
         )
         pids = stack.pids()
         assert stack.stop() == 0
+    # DevStack's exit also asserts this (process groups included); say it here where it is the point.
     for pid in pids:
-        until(lambda pid=pid: not alive(pid), timeout_s=10, what=f"child {pid} gone")
+        until(lambda: not alive(pid) and not group_alive(pid), timeout_s=10, what=f"child {pid} gone")  # noqa: B023
 
 
 def test_demo_records_reach_the_echo_endpoint(tmp_path: Path) -> None:

@@ -1,4 +1,12 @@
-"""``ferry dev`` as a test fixture: started with every port 0, ready when state.json appears."""
+"""``ferry dev`` as a test fixture: started with every port 0, ready when state.json appears.
+
+    with DevStack(tmp_path, workers=2) as stack:
+        stack.state["portal_url"], stack.state["admin_token"], ...
+
+Leaving the block sends SIGTERM to ``ferry dev``, expects exit code 0 and asserts that no child
+listed in state.json (nor anything in its process group) survives; stragglers are killed so a
+failing test never leaks processes onto the shared machine.
+"""
 
 from __future__ import annotations
 
@@ -68,11 +76,25 @@ class DevStack:
                 self.proc.wait(10)
         return self.proc.returncode
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-        for pid in self.pids():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    def survivors(self) -> list[int]:
+        """Children from state.json whose process or process group still exists."""
+        return [pid for pid in self.pids() if alive(pid) or group_alive(pid)]
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        state = self.dir / "state.json"
+        with contextlib.suppress(OSError, ValueError):
+            self.state = json.loads(state.read_text())  # restarted children have new pids
+        code = self.stop()
+        deadline = time.monotonic() + 15
+        while self.survivors() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = self.survivors()
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        if exc_type is None:
+            assert code == 0, f"ferry dev exited with {code}:\n{self.log.read_text()[-4000:]}"
+            assert not left, f"children survived ferry dev: {left}"
 
 
 def alive(pid: int) -> bool:
@@ -83,4 +105,14 @@ def alive(pid: int) -> bool:
     # A zombie is dead for our purposes.
     with contextlib.suppress(OSError):
         return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    return False
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any non-zombie process is left in process group ``pgid``."""
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = status.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
     return False

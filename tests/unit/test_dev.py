@@ -1,0 +1,91 @@
+"""Pure parts of ``ferry dev``: port flags and the restart backoff."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from ferry import dev
+from ferry.cli import _parser as build_parser
+from ferry.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("restarts", "delay_s"),
+    [(0, 1.0), (1, 2.0), (2, 5.0), (3, 10.0), (4, 10.0), (100, 10.0)],
+)
+def test_restart_backoff_grows_then_stays(restarts: int, delay_s: float) -> None:
+    assert dev.restart_delay_s(restarts) == delay_s
+
+
+def test_restart_backoff_refuses_negative() -> None:
+    with pytest.raises(ValueError):
+        dev.restart_delay_s(-1)
+
+
+def test_port_zero_picks_a_free_port() -> None:
+    port = dev._port(0, "--zk-port")
+    assert 0 < port <= 65535
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))  # free: binding works
+
+
+@pytest.mark.parametrize("value", [-1, 65536, 100000])
+def test_port_out_of_range_names_the_flag(value: int) -> None:
+    with pytest.raises(ConfigError) as err:
+        dev._port(value, "--kafka-port")
+    assert err.value.setting == "--kafka-port"
+
+
+def test_port_in_use_is_refused() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        with pytest.raises(ConfigError, match="already in use"):
+            dev._port(taken, "--portal-port")
+
+
+def test_port_explicit_free_port_is_kept() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    assert dev._port(free, "--portal-port") == free
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            [],
+            {
+                "workers": 2,
+                "portal_port": 8080,
+                "kafka_port": 9092,
+                "zk_port": 2181,
+                "data_dir": ".ferry-dev",
+                "demo": False,
+            },
+        ),
+        (
+            [
+                "--workers",
+                "3",
+                "--portal-port",
+                "0",
+                "--kafka-port",
+                "0",
+                "--zk-port",
+                "0",
+                "--data-dir",
+                "/tmp/x",
+                "--demo",
+            ],
+            {"workers": 3, "portal_port": 0, "kafka_port": 0, "zk_port": 0, "data_dir": "/tmp/x", "demo": True},
+        ),
+    ],
+)
+def test_dev_flags_and_contract_defaults(argv: list[str], expected: dict[str, object]) -> None:
+    args = build_parser().parse_args(["dev", *argv])
+    assert {k: getattr(args, k) for k in expected} == expected
