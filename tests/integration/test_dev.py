@@ -92,3 +92,11 @@ def test_demo_records_reach_the_echo_endpoint(tmp_path: Path) -> None:
                 return int(json.load(r)["received"])
 
         until(lambda: received() >= 3, timeout_s=60, what="demo records at the echo endpoint")
+
+
+def test_children_die_with_a_killed_ferry_dev(tmp_path: Path) -> None:
+    with DevStack(tmp_path, workers=1) as stack:
+        pids = stack.pids()
+        assert all(alive(pid) for pid in pids)
+        stack.crash()
+        until(lambda: not stack.survivors(), timeout_s=30, what=f"children {pids} gone after kill -9 of ferry dev")
