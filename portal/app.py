@@ -32,6 +32,7 @@ ENGINE = web.AppKey("engine", Engine)
 CLUSTER = web.AppKey("cluster", Cluster)
 METRICS = web.AppKey("metrics", dict)
 PRINCIPAL = web.RequestKey("principal", auth.Principal)
+LOGINS = web.AppKey("failed-logins", auth.FailedLogins)
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (
@@ -93,9 +94,19 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if token is None:
         raise ApiError(401, "missing bearer token: send Authorization: Bearer <token>")
     settings = request.app[SETTINGS]
+    limiter = request.app[LOGINS]
+    client = request.remote or "unknown"
+    now = time.monotonic()
+    wait_s = limiter.blocked_for_s(client, now)
+    if wait_s:
+        response = error(429, f"too many invalid tokens from this address; retry in {int(wait_s) + 1} s")
+        response.headers["Retry-After"] = str(int(wait_s) + 1)
+        return response
     principal = await asyncio.to_thread(auth.authenticate, token, settings.portal.admin_token, request.app[ENGINE])
     if principal is None:
+        limiter.failed(client, now)
         raise ApiError(401, "invalid or revoked token")
+    limiter.succeeded(client)
     if request.method not in ("GET", "HEAD") and not principal.admin:
         raise ApiError(403, "this token may only read; an admin token is needed to change anything")
     request[PRINCIPAL] = principal
@@ -140,6 +151,7 @@ def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Applic
     app[SETTINGS] = settings
     app[ENGINE] = db.make_engine(settings.database.url)
     app[CLUSTER] = cluster or Cluster(settings)
+    app[LOGINS] = auth.FailedLogins()
     registry = CollectorRegistry()
     app[METRICS] = {
         "registry": registry,

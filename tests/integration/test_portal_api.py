@@ -13,7 +13,7 @@ from openapi_spec_validator import validate
 
 from ferry import config
 from migrations import runner
-from portal.app import create_app
+from portal.app import LOGINS, create_app
 
 pytestmark = pytest.mark.integration
 ADMIN = "admin-secret-token"
@@ -130,6 +130,7 @@ ROUTES = [
 
 
 async def test_auth_matrix(api: TestClient) -> None:
+    api.server.app[LOGINS].limit = 1000  # this test sends many wrong tokens on purpose
     r = await api.post("/api/v1/tokens", json={"name": "reader", "scope": "read"}, headers=h(ADMIN))
     assert r.status == 201
     reader = (await r.json())["token"]
@@ -150,6 +151,16 @@ async def test_auth_matrix(api: TestClient) -> None:
             assert r.status in (200, 404), (method, path, r.status)
         r = await api.request(method, path, headers=h(ADMIN), json={})
         assert r.status not in (401, 403, 500), (method, path, r.status)
+    assert (await api.get("/healthz")).status == 200
+
+
+async def test_wrong_tokens_are_rate_limited(api: TestClient) -> None:
+    for _ in range(10):
+        assert (await api.get("/api/v1/subscriptions", headers=h("guess"))).status == 401
+    r = await api.get("/api/v1/subscriptions", headers=h("guess"))
+    assert r.status == 429 and int(r.headers["Retry-After"]) > 0
+    # Blocked means blocked: even a right token waits, so guessing cannot continue in between.
+    assert (await api.get("/api/v1/subscriptions", headers=h(ADMIN))).status == 429
     assert (await api.get("/healthz")).status == 200
 
 
