@@ -46,6 +46,10 @@ def restart_delay_s(restarts: int, backoff_s: tuple[float, ...] = RESTART_BACKOF
     return backoff_s[min(restarts, len(backoff_s) - 1)]
 
 
+class _Stopping(Exception):
+    """SIGINT/SIGTERM arrived before the stack was ready: stop cleanly, exit 0."""
+
+
 class Child:
     """One supervised child process and its restart history."""
 
@@ -193,6 +197,8 @@ class DevStack:
             deadline = time.monotonic() + READY_TIMEOUT_S
             c = self.settings.cluster
             while True:
+                if self.stop.is_set():
+                    raise _Stopping
                 self._check_children()
                 leader = zk.exists(zkpaths.leader(c)) is not None
                 registered = len(zk.get_children(zkpaths.workers(c))) if zk.exists(zkpaths.workers(c)) else 0
@@ -217,6 +223,8 @@ class DevStack:
         echo_url = f"http://127.0.0.1:{echo_port}"
         deadline = time.monotonic() + 30
         while not _http_ok(echo_url + "/"):
+            if self.stop.is_set():
+                raise _Stopping
             if time.monotonic() > deadline:
                 raise FerryError("the demo echo endpoint did not start")
             time.sleep(0.1)
@@ -293,6 +301,8 @@ def main(settings: Settings, args: argparse.Namespace) -> int:
     try:
         stack.start()
         stack.supervise()
+    except _Stopping:
+        _log.info("dev.interrupted_before_ready")
     finally:
         stack.shutdown()
     return 0

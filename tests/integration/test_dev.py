@@ -6,6 +6,8 @@ import json
 import os
 import secrets
 import signal
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -100,3 +102,35 @@ def test_children_die_with_a_killed_ferry_dev(tmp_path: Path) -> None:
         assert all(alive(pid) for pid in pids)
         stack.crash()
         until(lambda: not stack.survivors(), timeout_s=30, what=f"children {pids} gone after kill -9 of ferry dev")
+
+
+def _children_of(pid: int) -> list[int]:
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+def test_sigterm_while_starting_stops_everything(tmp_path: Path) -> None:
+    data = tmp_path / "dev"
+    argv = [sys.executable, "-m", "ferry.cli", "dev", "--workers", "1", "--data-dir", str(data)]
+    argv += ["--portal-port", "0", "--kafka-port", "0", "--zk-port", "0"]
+    with (tmp_path / "dev.log").open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        # The services are being started but the stack is not ready yet (no leader, no portal).
+        until(lambda: (data / "logs" / "worker-1.log").exists(), timeout_s=60, what="workers being started")
+        kids = until(lambda: [k for k in _children_of(proc.pid) if alive(k)], timeout_s=10, what="children")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, (tmp_path / "dev.log").read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    for pid in kids:
+        until(lambda: not alive(pid) and not group_alive(pid), timeout_s=10, what=f"child {pid} gone")  # noqa: B023
