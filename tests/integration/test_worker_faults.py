@@ -207,3 +207,34 @@ def test_garbage_answers_are_retried_then_dead_lettered(tmp_path: Path, kafka_bo
     kafka.read_to_end({"bootstrap.servers": kafka_bootstrap}, "garbage.dlq", lambda m: dlq.append(dict(m.headers())))
     assert sorted(h["ferry-source-offset"] for h in dlq) == [b"0", b"1"]  # different keys: any order
     assert all(h["ferry-attempts"] == b"2" for h in dlq)
+
+
+def test_push_time_endpoint_policy(tmp_path: Path, kafka_bootstrap: str, endpoint: EndpointRecorder) -> None:
+    """The SSRF policy is enforced again when the worker connects, not only at registration:
+    an endpoint whose name resolves outside FERRY_ENDPOINT_ALLOW is never contacted."""
+    topic = f"ssrf-{secrets.token_hex(3)}"
+    create_topic(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, [(b"k", b"v", 0)])
+    sub = {
+        "name": "ssrf",
+        "topics": [topic],
+        "endpoint": {"url": f"http://localhost:{endpoint.port}/hook"},
+        "retry": {"max_attempts": 2, "initial_backoff_ms": 10, "max_backoff_ms": 20},
+    }
+    w = static_worker(
+        tmp_path,
+        "wssrf",
+        kafka_bootstrap,
+        f"__offsets-{secrets.token_hex(3)}",
+        [sub],
+        env={"FERRY_ENDPOINT_ALLOW": "10.0.0.0/8"},
+    ).start()
+    try:
+        w.wait_ready(30)
+        until(lambda: w.stats()[0]["dead_lettered"] == 1, timeout_s=30, what="refused, then dead-lettered")
+    finally:
+        w.stop()
+    assert endpoint.snapshot() == [], "the refused endpoint was contacted"
+    dlq: list[dict[str, bytes]] = []
+    kafka.read_to_end({"bootstrap.servers": kafka_bootstrap}, "ssrf.dlq", lambda m: dlq.append(dict(m.headers())))
+    assert b"FERRY_ENDPOINT_ALLOW" in dlq[0]["ferry-error"]
