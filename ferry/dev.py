@@ -35,15 +35,23 @@ READY_TIMEOUT_S = 90.0
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0)
 
 
-def restart_delay_s(restarts: int, backoff_s: tuple[float, ...] = RESTART_BACKOFF_S) -> float:
-    """Delay before restarting a child that has already been restarted ``restarts`` times.
+STABLE_AFTER_S = 60.0
+
+
+def restart_delay_s(crashes_in_a_row: int, backoff_s: tuple[float, ...] = RESTART_BACKOFF_S) -> float:
+    """Delay before restarting a child after its ``crashes_in_a_row``-th crash (1-based).
 
     Grows along ``backoff_s`` and stays at its last step, so a child crashing in a loop is
     retried every few seconds instead of spinning the machine.
     """
-    if restarts < 0:
-        raise ValueError("restarts must be >= 0")
-    return backoff_s[min(restarts, len(backoff_s) - 1)]
+    if crashes_in_a_row < 1:
+        raise ValueError("crashes_in_a_row must be >= 1")
+    return backoff_s[min(crashes_in_a_row, len(backoff_s)) - 1]
+
+
+def crashes_in_a_row(previous: int, ran_s: float, stable_after_s: float = STABLE_AFTER_S) -> int:
+    """Count this crash: a child that had run ``stable_after_s`` starts again at the first step."""
+    return 1 if ran_s >= stable_after_s else previous + 1
 
 
 class _Stopping(Exception):
@@ -59,6 +67,8 @@ class Child:
         self.id = ident
         self.restarts = 0
         self.next_restart = 0.0
+        self.crashes = 0
+        self.started_at = time.monotonic()
 
     def describe(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"role": self.role, "pid": self.proc.proc.pid if self.proc.proc else None}
@@ -255,7 +265,8 @@ class DevStack:
                 continue
             if c.next_restart == 0.0:
                 code = c.proc.proc.returncode if c.proc.proc else None
-                delay = restart_delay_s(c.restarts)
+                c.crashes = crashes_in_a_row(c.crashes, now - c.started_at)
+                delay = restart_delay_s(c.crashes)
                 c.next_restart = now + delay
                 _log.error(
                     "dev.child_exited", role=c.role, id=c.id, code=code, restart_in_s=delay, log=str(c.proc.log_path)
@@ -264,6 +275,7 @@ class DevStack:
                 c.restarts += 1
                 c.next_restart = 0.0
                 c.proc.start()
+                c.started_at = time.monotonic()
                 _log.warning(
                     "dev.child_restarted",
                     role=c.role,

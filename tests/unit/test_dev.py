@@ -12,16 +12,31 @@ from ferry.errors import ConfigError
 
 
 @pytest.mark.parametrize(
-    ("restarts", "delay_s"),
-    [(0, 1.0), (1, 2.0), (2, 5.0), (3, 10.0), (4, 10.0), (100, 10.0)],
+    ("crashes", "delay_s"),
+    [(1, 1.0), (2, 2.0), (3, 5.0), (4, 10.0), (5, 10.0), (100, 10.0)],
 )
-def test_restart_backoff_grows_then_stays(restarts: int, delay_s: float) -> None:
-    assert dev.restart_delay_s(restarts) == delay_s
+def test_restart_backoff_grows_then_stays(crashes: int, delay_s: float) -> None:
+    assert dev.restart_delay_s(crashes) == delay_s
 
 
-def test_restart_backoff_refuses_negative() -> None:
+@pytest.mark.parametrize("crashes", [0, -1])
+def test_restart_backoff_refuses_nonsense(crashes: int) -> None:
     with pytest.raises(ValueError):
-        dev.restart_delay_s(-1)
+        dev.restart_delay_s(crashes)
+
+
+@pytest.mark.parametrize(
+    ("previous", "ran_s", "expected"),
+    [
+        (0, 0.5, 1),  # first crash
+        (1, 2.0, 2),  # crashing in a loop climbs the backoff
+        (3, 59.9, 4),
+        (3, 60.0, 1),  # ran a minute: healthy again, back to the first step
+        (7, 3600.0, 1),
+    ],
+)
+def test_crash_count_resets_after_a_stable_run(previous: int, ran_s: float, expected: int) -> None:
+    assert dev.crashes_in_a_row(previous, ran_s) == expected
 
 
 def test_port_zero_picks_a_free_port() -> None:
