@@ -182,3 +182,35 @@ def test_stopped_worker_is_fenced(cluster: Cluster, endpoint: EndpointRecorder) 
         if r.partition in moved and r.at >= resumed_at and first_at[r.ce_id] < r.at and first_at[r.ce_id] > stopped_at
     ]
     assert not late_dups, f"fenced worker pushed {len(late_dups)} records of partitions that moved"
+
+
+def test_pause_and_edit_reach_workers_quickly(cluster: Cluster, endpoint: EndpointRecorder) -> None:
+    topic = f"pz-{secrets.token_hex(3)}"
+    create_topic(cluster.bootstrap, topic, 4)
+    cluster.add_subscription({"name": "pz", "topics": [topic], "endpoint": {"url": endpoint.url}})
+    cluster.coordinator()
+    cluster.worker("w1")
+    until(lambda: all(cluster.owners("pz", topic, 4).values()), timeout_s=30, what="owned")
+    load = Trickle(cluster.bootstrap, topic, 4, rate=100, keys=8).start()
+    try:
+        endpoint.wait_for(lambda rs: len(rs) > 50, timeout_s=30, what="flowing")
+        paused_at = time.monotonic()
+        cluster.set_state("pz", "paused")
+        until(lambda: not any(cluster.owners("pz", topic, 4).values()), timeout_s=10, what="partitions released")
+        print(f"pause reached the worker in {time.monotonic() - paused_at:.2f} s")
+        assert time.monotonic() - paused_at < 3
+        n = len(endpoint.snapshot())
+        until(lambda: time.monotonic() > paused_at + 3, timeout_s=5, what="a while paused")
+        assert len(endpoint.snapshot()) == n, "a paused subscription kept pushing"
+        # Edit while paused, then resume: the edit is in effect and delivery goes on from the kept offsets.
+        cluster.edit("pz", endpoint={"url": endpoint.url, "headers": {"X-Team": "billing"}})
+        cluster.set_state("pz", "active")
+        endpoint.wait_for(
+            lambda rs: any(r.headers.get("x-team") == "billing" for r in rs),
+            timeout_s=10,
+            what="the edited endpoint headers in use after resume",
+        )
+    finally:
+        produced = load.stop()
+    counts = check_delivery(endpoint, produced)
+    assert sum(c - 1 for c in counts.values()) == 0, "pause/resume redelivered acknowledged records"

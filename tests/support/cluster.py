@@ -81,6 +81,15 @@ class Cluster:
             db.update_subscription(s, row, row.to_subscription().with_state(state))
         self.touch()
 
+    def edit(self, name: str, **changes: Any) -> None:
+        with db.session(self.engine) as s:
+            row = db.get_row(s, name)
+            assert row is not None
+            current = row.to_subscription()
+            doc = {**current.to_doc(mask_secrets=False), **changes}
+            db.update_subscription(s, row, parse(doc))
+        self.touch()
+
     def touch(self) -> None:
         path = zkpaths.subscriptions_changed(self.name)
         self.zk.ensure_path(path)
