@@ -287,9 +287,15 @@ class DevStack:
         return changed
 
     def supervise(self) -> None:
+        reported: set[str] = set()
         while not self.stop.wait(0.5):
             if self._check_children() and self.state:
                 self._write_state()
+            for p in self.infra:
+                if not p.alive() and p.name not in reported:
+                    # Not restarted: the broker keeps data in memory, a new one would be empty.
+                    reported.add(p.name)
+                    _log.error("dev.infra_exited", role=p.name, log=str(p.log_path), hint="restart ferry dev")
 
     def shutdown(self) -> None:
         order = ["demo-producer", "portal", "worker", "demo-echo", "coordinator"]
