@@ -60,7 +60,7 @@ async def create_token(request: web.Request) -> web.Response:
 
 async def revoke_token(request: web.Request) -> web.Response:
     raw = request.match_info["id"]
-    if not raw.isdigit():
+    if not raw.isdigit() or not 0 < int(raw) < 2**31:  # ids are 32-bit database integers
         raise ApiError(404, "no such token", "id")
 
     def revoke() -> None:

@@ -71,10 +71,11 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         limit = request.app[SETTINGS].portal.max_body_bytes
         response = error(413, f"request body is larger than {limit} bytes", "body")
     except web.HTTPException as exc:
-        if exc.status >= 400:
-            response = error(exc.status, exc.reason)
-        else:
+        if exc.status < 400:
             raise
+        response = error(exc.status, exc.reason)
+        if "Allow" in exc.headers:  # 405 must say what is allowed (RFC 9110)
+            response.headers["Allow"] = exc.headers["Allow"]
     except FerryError as exc:
         _log.warning("api.unavailable", path=request.path, error=str(exc))
         response = error(503, str(exc))

@@ -30,6 +30,7 @@ def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 SUB = {"$ref": "#/components/schemas/Subscription"}
+TOPIC = {"type": "string", "pattern": "^[a-zA-Z0-9._-]{1,249}$"}
 
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.0.3",
@@ -193,7 +194,7 @@ DOCUMENT: dict[str, Any] = {
                 "required": True,
                 "schema": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$"},
             },
-            "id": {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}},
+            "id": {"name": "id", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 1}},
             "limit": {
                 "name": "limit",
                 "in": "query",
@@ -217,7 +218,7 @@ DOCUMENT: dict[str, Any] = {
                 "required": ["url"],
                 "additionalProperties": False,
                 "properties": {
-                    "url": {"type": "string", "format": "uri", "maxLength": 2048},
+                    "url": {"type": "string", "format": "uri", "pattern": "^https?://", "maxLength": 2048},
                     "timeout_ms": {"type": "integer", "minimum": 100, "maximum": 600000, "default": 5000},
                     "headers": {
                         "type": "object",
@@ -241,12 +242,12 @@ DOCUMENT: dict[str, Any] = {
                 "additionalProperties": False,
                 "properties": {
                     "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9._-]{0,62}$"},
-                    "topics": {"type": "array", "minItems": 1, "maxItems": 100, "items": {"type": "string"}},
+                    "topics": {"type": "array", "minItems": 1, "maxItems": 100, "uniqueItems": True, "items": TOPIC},
                     "endpoint": {"$ref": "#/components/schemas/Endpoint"},
                     "ordering": {"type": "string", "enum": ["key", "partition", "none"], "default": "key"},
                     "max_in_flight": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 100},
                     "retry": {"$ref": "#/components/schemas/Retry"},
-                    "dead_letter_topic": {"type": "string"},
+                    "dead_letter_topic": TOPIC,
                     "start_from": {"type": "string", "enum": ["earliest", "latest"], "default": "earliest"},
                     "state": {"type": "string", "enum": ["active", "paused"], "default": "active"},
                 },
