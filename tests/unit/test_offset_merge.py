@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from worker import offset_merge
 from worker.offset_merge import OffsetMerge
 
 
@@ -89,3 +90,64 @@ def test_random_orders_agree_with_a_set() -> None:
         assert all(m.is_acked(o) == (o in done) for o in range(n + 2))
         for lo, hi in m.acked:
             assert lo > m.committed and all(o in done for o in range(lo, hi))
+
+
+def _as_ranges(done: set[int], committed: int) -> tuple[tuple[int, int], ...]:
+    out: list[tuple[int, int]] = []
+    for o in sorted(x for x in done if x > committed):
+        if out and out[-1][1] == o:
+            out[-1] = (out[-1][0], o + 1)
+        else:
+            out.append((o, o + 1))
+    return tuple(out)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_mixed_acks_and_ranges_agree_with_a_set(seed: int) -> None:
+    """Single acks, range acks (log holes) and reads of the state interleaved at random: the merge
+    always equals the plain set of acknowledged offsets, in normal form."""
+    rng = random.Random(seed)
+    n = 3000
+    m = OffsetMerge(0)
+    done: set[int] = set()
+    order = list(range(n))
+    rng.shuffle(order)
+    for o in order:
+        roll = rng.random()
+        if roll < 0.05:
+            lo = rng.randrange(0, n)
+            hi = lo + rng.randrange(0, 20)
+            m.ack_range(lo, hi)
+            done.update(range(lo, hi))
+        m.ack(o)
+        done.add(o)
+        if roll > 0.98:
+            expect = 0
+            while expect in done:
+                expect += 1
+            assert m.committed == expect
+            assert m.acked == _as_ranges(done, expect)
+            assert m.is_acked(o) and m.skip_to(expect) == expect
+    assert (m.committed, m.acked) == (max(done) + 1, ())
+
+
+def test_stuck_head_stays_one_range() -> None:
+    """The head record is in retries while far more than FOLD_AT records above it are acked:
+    memory and the state stay one range, and the head's ack releases all of it at once."""
+    m = OffsetMerge(0)
+    for o in range(1, 50_001):
+        m.ack(o)
+    assert len(m._singles) <= offset_merge.FOLD_AT
+    assert m.acked == ((1, 50_001),)
+    m.ack(0)
+    assert (m.committed, m.acked, m.gaps) == (50_001, (), 0)
+
+
+def test_restored_ranges_are_skipped_by_the_watermark() -> None:
+    m = OffsetMerge(10, ((12, 20), (25, 30)))
+    m.ack(11)
+    m.ack(10)
+    assert (m.committed, m.acked) == (20, ((25, 30),))
+    for o in range(20, 25):
+        m.ack(o)
+    assert (m.committed, m.acked) == (30, ())
