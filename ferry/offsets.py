@@ -26,7 +26,7 @@ from ferry.subscription import PartitionRef
 VERSION = 1
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OffsetState:
     committed: int
     """Every offset below it is acknowledged (or dead-lettered)."""

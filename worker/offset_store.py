@@ -1,8 +1,12 @@
 """Offset store: the merged state of each partition, durable in the compacted offsets topic.
 
-- ``restore(refs)``: reads the offsets topic to its end once and folds each wanted key with
-  :func:`ferry.offsets.fold` (highest epoch wins, stale writes ignored). Concurrent restores are
-  coalesced into one read, so a handoff of many partitions reads the topic once, not once each.
+- ``restore(refs)``: reads the offsets topic to its end and folds each key with the rule of
+  :func:`ferry.offsets.fold` (highest epoch wins, stale writes ignored, a tombstone clears).
+  The first restore reads from the beginning; later ones read only what was written since the
+  previous read (the folded state of every key is kept, as raw values, between reads), so a
+  handoff costs the tail of the topic, not its whole history. Each read still ends at a
+  partition EOF observed after the restore was asked for, so a state the previous owner wrote
+  before releasing is always seen. Concurrent restores are coalesced into one read.
 - ``write(ref, state)``: produces the record (idempotent producer, keyed, so compaction keeps
   the latest per key) and commits the watermark to Kafka group ``ferry.<subscription>`` for lag
   tools. Group commits are best effort: the offsets topic is the source of truth.
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
@@ -37,6 +41,11 @@ class OffsetStore:
         # Kept open between restores (used by one read at a time): a handoff's restore then
         # skips connecting to the brokers, which was most of its time.
         self._reader_consumer: Consumer | None = None
+        # The folded state of every key read so far, and where each partition of the offsets topic
+        # was read up to: the next restore reads only what came after.
+        self._known: dict[bytes, OffsetState] = {}
+        self._positions: dict[int, int] = {}
+        self.records_read = 0
 
     def ensure_topic(self) -> None:
         if kafka.ensure_topic(self._cfg, self.topic, OFFSETS_TOPIC_PARTITIONS, {"cleanup.policy": "compact"}):
@@ -70,37 +79,32 @@ class OffsetStore:
 
     def read_states(self, refs: Iterable[PartitionRef]) -> dict[PartitionRef, OffsetState | None]:
         """Blocking: the restored state of each ref (None when it has none)."""
-        wanted = {encode_key(r): r for r in refs}
-        states: dict[PartitionRef, OffsetState | None] = {}
+        known, positions = self._known, self._positions
 
         def take(msg: Message) -> None:
-            ref = wanted.get(msg.key() or b"")
-            if ref is None:
-                return
+            positions[cast(int, msg.partition())] = cast(int, msg.offset()) + 1
+            self.records_read += 1
+            key = msg.key() or b""
             raw = msg.value()
             if raw is None:
-                states[ref] = None  # tombstone
+                known.pop(key, None)  # tombstone
                 return
             try:
                 state = decode_value(raw)
             except OffsetRecordError as exc:
-                _log.warning("offsets.bad_record", key=ref.key(), offset=msg.offset(), error=str(exc))
+                _log.warning("offsets.bad_record", key=_text(key), offset=msg.offset(), error=str(exc))
                 return
-            current = states.get(ref)
-            if supersedes(state, current):
-                states[ref] = state
+            current = known.get(key)
+            if current is None or supersedes(state, current):
+                known[key] = state
             else:
-                _log.warning(
-                    "offsets.stale_record",
-                    key=ref.key(),
-                    epoch=state.epoch,
-                    current_epoch=current.epoch if current else None,
-                )
+                _log.warning("offsets.stale_record", key=_text(key), epoch=state.epoch, current_epoch=current.epoch)
 
         if self._reader_consumer is None:
             self._reader_consumer = kafka.reader({**self._cfg, "group.id": "ferry.offsets-reader"})
-        kafka.read_to_end(self._cfg, self.topic, take, consumer=self._reader_consumer)
-        return states
+        ends = kafka.read_to_end(self._cfg, self.topic, take, start=dict(positions), consumer=self._reader_consumer)
+        positions.update(ends)
+        return {ref: known.get(encode_key(ref)) for ref in refs}
 
     # --- write ---------------------------------------------------------------------------
 
@@ -126,3 +130,7 @@ class OffsetStore:
         for c in self._committers.values():
             c.close()
         self._committers.clear()
+
+
+def _text(key: bytes) -> str:
+    return key.decode(errors="replace")
