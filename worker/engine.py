@@ -138,6 +138,7 @@ class Engine:
         drain_ms = self.settings.worker.drain_timeout_ms if drain_timeout_ms is None else drain_timeout_ms
         await runner.release(drain_ms / 1000)
         await self._write(runner)
+        await self._store.commit_groups()
         self.metrics.owned.set(len(self._runners))
         self.metrics.handoffs.labels(direction="released").inc()
         with contextlib.suppress(KeyError):
@@ -196,6 +197,7 @@ class Engine:
             await asyncio.sleep(interval_s)
             dirty = [r for r in self._runners.values() if r.dirty]
             await asyncio.gather(*(self._write(r) for r in dirty))
+            await self._store.commit_groups()
             in_flight: dict[str, int] = {}
             for r in self._runners.values():
                 s = r.stats()

@@ -8,8 +8,10 @@
   partition EOF observed after the restore was asked for, so a state the previous owner wrote
   before releasing is always seen. Concurrent restores are coalesced into one read.
 - ``write(ref, state)``: produces the record (idempotent producer, keyed, so compaction keeps
-  the latest per key) and commits the watermark to Kafka group ``ferry.<subscription>`` for lag
-  tools. Group commits are best effort: the offsets topic is the source of truth.
+  the latest per key) and queues the watermark for Kafka group ``ferry.<subscription>``;
+  ``commit_groups()`` then commits everything queued with one call per group, so a flush of a
+  thousand partitions costs one round trip per subscription, not one per partition. Group
+  commits are best effort, for lag tools: the offsets topic is the source of truth.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ class OffsetStore:
         self.topic = topic
         self._producer = producer
         self._committers: dict[str, Consumer] = {}
+        self._to_commit: dict[str, dict[tuple[str, int], int]] = {}
+        self._commit_lock = asyncio.Lock()
         self._pending: dict[PartitionRef, asyncio.Future[OffsetState | None]] = {}
         self._reader: asyncio.Task[None] | None = None
         # Kept open between restores (used by one read at a time): a handoff's restore then
@@ -110,18 +114,27 @@ class OffsetStore:
 
     async def write(self, ref: PartitionRef, state: OffsetState, group_id: str) -> None:
         await self._producer.send(self.topic, encode_value(state), key=encode_key(ref))
-        await asyncio.to_thread(self._commit_group, group_id, ref, state.committed)
+        self._to_commit.setdefault(group_id, {})[(ref.topic, ref.partition)] = state.committed
 
-    def _commit_group(self, group_id: str, ref: PartitionRef, committed: int) -> None:
-        consumer = self._committers.get(group_id)
-        if consumer is None:
-            consumer = self._committers[group_id] = Consumer(
-                {**self._cfg, "group.id": group_id, "enable.auto.commit": False}
-            )
-        try:
-            consumer.commit(offsets=[TopicPartition(ref.topic, ref.partition, committed)], asynchronous=False)
-        except KafkaException as exc:
-            _log.warning("offsets.group_commit_failed", group=group_id, key=ref.key(), error=str(exc))
+    async def commit_groups(self) -> None:
+        """Commit every queued watermark: one blocking call per group, off the event loop."""
+        # One commit at a time, so an older watermark never lands after a newer one.
+        async with self._commit_lock:
+            if self._to_commit:
+                queued, self._to_commit = self._to_commit, {}
+                await asyncio.to_thread(self._commit, queued)
+
+    def _commit(self, queued: Mapping[str, Mapping[tuple[str, int], int]]) -> None:
+        for group_id, offsets in queued.items():
+            consumer = self._committers.get(group_id)
+            if consumer is None:
+                consumer = self._committers[group_id] = Consumer(
+                    {**self._cfg, "group.id": group_id, "enable.auto.commit": False}
+                )
+            try:
+                consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+            except KafkaException as exc:
+                _log.warning("offsets.group_commit_failed", group=group_id, partitions=len(offsets), error=str(exc))
 
     def close(self) -> None:
         if self._reader_consumer is not None:
