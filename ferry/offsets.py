@@ -147,3 +147,49 @@ def fold(states: Iterable[OffsetState | None]) -> OffsetState | None:
         elif supersedes(state, current):
             current = state
     return current
+
+
+class StateTable:
+    """The current state of every key of an offsets topic, kept up to date record by record.
+
+    Use case: a reader that comes back to the topic again and again (a worker restoring the
+    partitions it takes over, the portal's status page) applies each record once, in log order,
+    with the rule of :func:`fold`, and remembers where each partition was read up to, so its
+    next read starts there instead of at the beginning. Pure: the caller does the reading.
+    """
+
+    __slots__ = ("positions", "states")
+
+    def __init__(self) -> None:
+        self.states: dict[bytes, OffsetState] = {}
+        self.positions: dict[int, int] = {}
+        """Per partition of the offsets topic: the next offset to read."""
+
+    def apply(self, partition: int, offset: int, key: bytes, raw: bytes | None) -> OffsetState | None:
+        """Apply one record. Returns the state now current for the key.
+
+        Raises :class:`OffsetRecordError` for a value that does not decode, and
+        :class:`StaleOffsetRecord` for a stale write; either way the record is consumed and the
+        key keeps its state.
+        """
+        self.positions[partition] = offset + 1
+        if raw is None:
+            self.states.pop(key, None)  # tombstone
+            return None
+        state = decode_value(raw)
+        current = self.states.get(key)
+        if not supersedes(state, current):
+            assert current is not None
+            raise StaleOffsetRecord(
+                f"offset record at {partition}/{offset} has epoch {state.epoch}, "
+                f"below epoch {current.epoch} already seen for its key: a fenced-out owner wrote it"
+            )
+        self.states[key] = state
+        return state
+
+    def get(self, key: bytes) -> OffsetState | None:
+        return self.states.get(key)
+
+
+class StaleOffsetRecord(OffsetRecordError):
+    """A record written by an owner already fenced out (lower epoch than one already seen)."""

@@ -53,7 +53,7 @@ async def status(request: web.Request) -> web.Response:
                 committed, hw = st["committed"], st.get("high_watermark")
             else:
                 if states is None:
-                    states = cluster.offset_states()
+                    states = cluster.offset_states(refs)
                 state = states.get(ref)
                 committed = state.committed if state is not None else None
                 hw = None

@@ -9,19 +9,21 @@ answer ListOffsets wrongly it still finds the true end.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 from collections import deque
 from typing import Any, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from ferry import kafka, zkpaths
 from ferry.config import Settings
 from ferry.errors import FerryError
-from ferry.offsets import OffsetState, decode_key, decode_value, encode_key, encode_value, fold
+from ferry.offsets import OffsetState, StateTable, encode_key, encode_value
 from ferry.subscription import PartitionRef, Subscription
 
 SCAN_TIMEOUT_S = 10.0
@@ -37,6 +39,8 @@ class Cluster:
         self.name = settings.cluster
         self.cfg = settings.kafka.client_config()
         self.zk = KazooClient(hosts=settings.zookeeper.connect, timeout=settings.zookeeper.session_timeout_ms / 1000)
+        self._offsets = StateTable()
+        self._offsets_lock = threading.Lock()
 
     def start(self) -> None:
         self.zk.start(30)
@@ -128,19 +132,24 @@ class Cluster:
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         return kafka.partition_counts(self.cfg, topics)
 
-    def offset_states(self) -> dict[PartitionRef, OffsetState | None]:
-        logs: dict[PartitionRef, list[OffsetState | None]] = {}
+    def offset_states(self, refs: list[PartitionRef]) -> dict[PartitionRef, OffsetState | None]:
+        """The state a new owner would restore for each ref: the offsets topic is read from where
+        the previous call stopped (the first call reads it all) into one table of every key."""
+        table = self._offsets
 
         def take(msg: Message) -> None:
-            try:
-                ref = decode_key(cast(bytes, msg.key()))
-                raw = msg.value()
-                logs.setdefault(ref, []).append(None if raw is None else decode_value(raw))
-            except FerryError:
-                pass
+            with contextlib.suppress(FerryError):  # bad and stale records are skipped, as a restore skips them
+                table.apply(cast(int, msg.partition()), cast(int, msg.offset()), msg.key() or b"", msg.value())
 
-        kafka.read_to_end({**self.cfg, "group.id": "ferry.portal"}, self.settings.kafka.offsets_topic, take)
-        return {ref: fold(states) for ref, states in logs.items()}
+        with self._offsets_lock:
+            ends = kafka.read_to_end(
+                {**self.cfg, "group.id": "ferry.portal"},
+                self.settings.kafka.offsets_topic,
+                take,
+                start=dict(table.positions),
+            )
+            table.positions.update(ends)
+            return {ref: table.get(encode_key(ref)) for ref in refs}
 
     def _consumer(self) -> Consumer:
         return Consumer(
@@ -200,10 +209,37 @@ class Cluster:
             c.close()
 
     def last_records(self, topic: str, limit: int) -> list[Message]:
-        """The last ``limit`` records of a topic (all partitions, newest last by timestamp)."""
-        keep: deque[Message] = deque(maxlen=limit)
-        kafka.read_to_end({**self.cfg, "group.id": "ferry.portal"}, topic, keep.append, timeout_s=SCAN_TIMEOUT_S)
-        return sorted(keep, key=lambda m: (m.timestamp()[1], m.partition() or 0, m.offset() or 0))
+        """The last ``limit`` records of a topic (all partitions, newest last by timestamp).
+
+        Each partition is read from ``limit`` before its high watermark, so a dead-letter topic of
+        millions of records costs ``limit`` records per partition. A broker that reports too low
+        a watermark only makes the read longer: it still runs to the partition's true end.
+        """
+        c = self._consumer()
+        try:
+            meta = c.list_topics(topic, timeout=10).topics.get(topic)
+            parts = sorted(meta.partitions) if meta is not None and meta.error is None and meta.partitions else []
+            start: dict[int, int] = {}
+            for p in parts:
+                try:
+                    low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=5, cached=False)
+                except KafkaException:
+                    continue  # read that partition from its beginning
+                if high >= 0:
+                    start[p] = max(low, high - limit, 0)
+        finally:
+            c.close()
+        newest: dict[int, deque[Message]] = {p: deque(maxlen=limit) for p in parts}
+
+        def keep(m: Message) -> None:
+            newest[cast(int, m.partition())].append(m)
+
+        kafka.read_to_end({**self.cfg, "group.id": "ferry.portal"}, topic, keep, start=start, timeout_s=SCAN_TIMEOUT_S)
+        records = sorted(
+            (m for q in newest.values() for m in q),
+            key=lambda m: (m.timestamp()[1], m.partition() or 0, m.offset() or 0),
+        )
+        return records[-limit:] if limit else []
 
     def redrive(self, sub: Subscription, records: list[Message]) -> int:
         """Produce dead letters to the subscription's own retry topic (never to a shared source topic)."""

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from ferry import kafka, log
 from ferry.errors import OffsetRecordError
-from ferry.offsets import OffsetState, decode_value, encode_key, encode_value, supersedes
+from ferry.offsets import OffsetState, StaleOffsetRecord, StateTable, encode_key, encode_value
 from ferry.subscription import PartitionRef
 from worker.producer import AsyncProducer
 
@@ -45,10 +45,8 @@ class OffsetStore:
         # Kept open between restores (used by one read at a time): a handoff's restore then
         # skips connecting to the brokers, which was most of its time.
         self._reader_consumer: Consumer | None = None
-        # The folded state of every key read so far, and where each partition of the offsets topic
-        # was read up to: the next restore reads only what came after.
-        self._known: dict[bytes, OffsetState] = {}
-        self._positions: dict[int, int] = {}
+        # Every key's state and where each partition was read up to: the next restore reads only what came after.
+        self._table = StateTable()
         self.records_read = 0
 
     def ensure_topic(self) -> None:
@@ -83,32 +81,25 @@ class OffsetStore:
 
     def read_states(self, refs: Iterable[PartitionRef]) -> dict[PartitionRef, OffsetState | None]:
         """Blocking: the restored state of each ref (None when it has none)."""
-        known, positions = self._known, self._positions
+        table = self._table
 
         def take(msg: Message) -> None:
-            positions[cast(int, msg.partition())] = cast(int, msg.offset()) + 1
             self.records_read += 1
             key = msg.key() or b""
-            raw = msg.value()
-            if raw is None:
-                known.pop(key, None)  # tombstone
-                return
             try:
-                state = decode_value(raw)
+                table.apply(cast(int, msg.partition()), cast(int, msg.offset()), key, msg.value())
+            except StaleOffsetRecord as exc:
+                _log.warning("offsets.stale_record", key=key.decode(errors="replace"), error=str(exc))
             except OffsetRecordError as exc:
-                _log.warning("offsets.bad_record", key=_text(key), offset=msg.offset(), error=str(exc))
-                return
-            current = known.get(key)
-            if current is None or supersedes(state, current):
-                known[key] = state
-            else:
-                _log.warning("offsets.stale_record", key=_text(key), epoch=state.epoch, current_epoch=current.epoch)
+                _log.warning("offsets.bad_record", key=key.decode(errors="replace"), error=str(exc))
 
         if self._reader_consumer is None:
             self._reader_consumer = kafka.reader({**self._cfg, "group.id": "ferry.offsets-reader"})
-        ends = kafka.read_to_end(self._cfg, self.topic, take, start=dict(positions), consumer=self._reader_consumer)
-        positions.update(ends)
-        return {ref: known.get(encode_key(ref)) for ref in refs}
+        ends = kafka.read_to_end(
+            self._cfg, self.topic, take, start=dict(table.positions), consumer=self._reader_consumer
+        )
+        table.positions.update(ends)
+        return {ref: table.get(encode_key(ref)) for ref in refs}
 
     # --- write ---------------------------------------------------------------------------
 
@@ -143,7 +134,3 @@ class OffsetStore:
         for c in self._committers.values():
             c.close()
         self._committers.clear()
-
-
-def _text(key: bytes) -> str:
-    return key.decode(errors="replace")

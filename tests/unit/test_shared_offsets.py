@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import random
 
 import pytest
 
 from ferry.errors import OffsetRecordError
-from ferry.offsets import OffsetState, decode_key, decode_value, encode_key, encode_value, is_stale, supersedes
+from ferry.offsets import (
+    OffsetState,
+    StaleOffsetRecord,
+    StateTable,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+    fold,
+    is_stale,
+    supersedes,
+)
 from ferry.subscription import PartitionRef
 
 CONTRACT_EXAMPLE = (
@@ -114,3 +127,47 @@ def test_fold(log: list[tuple[int, int] | None], expect: tuple[int, int] | None)
 
     got = fold(None if e is None else state(e[0], epoch=e[1]) for e in log)
     assert (None if got is None else (got.committed, got.epoch)) == expect
+
+
+# A log of one partition: (key, (committed, epoch) | b"bad" for garbage | None for a tombstone).
+_LOG = list[tuple[bytes, tuple[int, int] | bytes | None]]
+
+
+@pytest.mark.parametrize(
+    ("log", "expect", "rejected"),
+    [
+        ([], {}, []),
+        ([(b"a", (5, 1)), (b"b", (7, 1)), (b"a", (9, 1))], {b"a": (9, 1), b"b": (7, 1)}, []),
+        ([(b"a", (5, 2)), (b"a", (9, 1))], {b"a": (5, 2)}, ["stale"]),  # fenced-out owner
+        ([(b"a", (5, 2)), (b"a", None), (b"a", (1, 1))], {b"a": (1, 1)}, []),  # a tombstone starts over
+        ([(b"a", (5, 1)), (b"a", b"bad"), (b"b", None)], {b"a": (5, 1)}, ["bad"]),
+    ],
+)
+def test_state_table(log: _LOG, expect: dict[bytes, tuple[int, int]], rejected: list[str]) -> None:
+    table = StateTable()
+    seen: list[str] = []
+    for offset, (key, value) in enumerate(log):
+        raw = value if isinstance(value, bytes) or value is None else encode_value(state(*value[:1], epoch=value[1]))
+        try:
+            table.apply(0, offset, key, raw)
+        except StaleOffsetRecord:
+            seen.append("stale")
+        except OffsetRecordError:
+            seen.append("bad")
+    assert {k: (s.committed, s.epoch) for k, s in table.states.items()} == expect
+    assert seen == rejected
+    assert table.positions == ({0: len(log)} if log else {})
+
+
+def test_state_table_agrees_with_fold_read_in_pieces() -> None:
+    """Applying a log in several reads gives, for every key, what fold gives over the whole log."""
+    rng = random.Random(3)
+    logs: dict[bytes, list[OffsetState | None]] = {}
+    table = StateTable()
+    for offset in range(2000):
+        key = f"k{rng.randrange(20)}".encode()
+        value = None if rng.random() < 0.05 else state(offset, epoch=rng.randrange(1, 6))
+        logs.setdefault(key, []).append(value)
+        with contextlib.suppress(StaleOffsetRecord):
+            table.apply(offset % 3, offset, key, None if value is None else encode_value(value))
+    assert {k: table.get(k) for k in logs} == {k: fold(v) for k, v in logs.items()}
