@@ -21,7 +21,7 @@ from coordinator.leader import Leader
 from coordinator.metrics import CoordinatorMetrics
 from ferry import health, log, zkpaths
 from ferry.config import Settings
-from worker.zk_source import make_client
+from ferry.zk import make_client
 
 _log = log.get_logger(__name__)
 

@@ -17,7 +17,6 @@ from collections import deque
 from typing import Any, cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from ferry import kafka, zkpaths
@@ -25,6 +24,7 @@ from ferry.config import Settings
 from ferry.errors import FerryError
 from ferry.offsets import OffsetState, StateTable, encode_key, encode_value
 from ferry.subscription import PartitionRef, Subscription
+from ferry.zk import make_client
 
 SCAN_TIMEOUT_S = 10.0
 
@@ -38,7 +38,7 @@ class Cluster:
         self.settings = settings
         self.name = settings.cluster
         self.cfg = settings.kafka.client_config()
-        self.zk = KazooClient(hosts=settings.zookeeper.connect, timeout=settings.zookeeper.session_timeout_ms / 1000)
+        self.zk = make_client(settings)
         self._offsets = StateTable()
         self._offsets_lock = threading.Lock()
 

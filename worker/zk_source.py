@@ -37,27 +37,17 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
-from kazoo.retry import KazooRetry
 
 from ferry import log, zkpaths
 from ferry.config import Settings
 from ferry.subscription import PartitionRef, Subscription, from_trusted
+from ferry.zk import make_client
 from worker.engine import Engine
 
 _log = log.get_logger(__name__)
 STATS_INTERVAL_S = 1.0
-
-
-def make_client(settings: Settings) -> KazooClient:
-    """One retry policy for every ZooKeeper call of a service: retry connection forever, commands a little."""
-    return KazooClient(
-        hosts=settings.zookeeper.connect,
-        timeout=settings.zookeeper.session_timeout_ms / 1000,
-        connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0),
-        command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
-    )
 
 
 class ZkSource:
