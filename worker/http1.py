@@ -11,7 +11,11 @@ request machinery was ~60 % of the worker's time). This client does only what pu
 - a request resolves as soon as the status line and headers arrived: an endpoint that never
   finishes its body cannot hold an acknowledged push hostage (that connection is dropped
   instead of reused); 1xx interim answers are skipped; redirects are returned, never followed;
-- any parse error, reset or timeout closes the connection and raises :class:`PushError`.
+- at most ``MAX_HEAD_BYTES`` may arrive before the final status and headers (1xx answers
+  included), so a huge or endless header block costs bounded memory and fails fast;
+- any parse error, reset or timeout closes the connection and raises :class:`PushError`; a
+  connection dropped with request bytes still unsent (the endpoint answered early and stopped
+  reading) is aborted, not flushed, so it cannot linger.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ from urllib.parse import urlsplit
 import httptools
 
 from ferry.errors import FerryError
-from ferry.netguard import EndpointPolicy, resolve
+from ferry.netguard import EndpointPolicy
+
+MAX_HEAD_BYTES = 64 * 1024
 
 
 class PushError(FerryError):
@@ -71,20 +77,31 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = True
         self.closed = False
         self.idle_since = 0.0
+        self.head_bytes = 0  # bytes received while the current request still waits for its answer
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.complete and (self.waiter is None or self.waiter.done()):
+            self.close()  # bytes after a complete answer, or on an idle connection: never reuse it
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(PushError(f"invalid HTTP answer: {exc}"))
             self.close()
+            return
         except httptools.HttpParserUpgrade:
             self._fail(PushError("endpoint answered with a protocol upgrade"))
             self.close()
+            return
+        if self.waiter is not None and not self.waiter.done():
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self._fail(PushError(f"answer headers (1xx answers included) exceed {MAX_HEAD_BYTES} bytes"))
+                self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -121,6 +138,7 @@ class _Conn(asyncio.Protocol):
         assert self.transport is not None
         self.waiter = asyncio.get_running_loop().create_future()
         self.complete = False
+        self.head_bytes = 0
         self.transport.write(data)
         return self.waiter
 
@@ -130,7 +148,10 @@ class _Conn(asyncio.Protocol):
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
-            self.transport.close()
+            if self.transport.get_write_buffer_size():
+                self.transport.abort()  # unsent request bytes: do not wait for a peer that stopped reading
+            else:
+                self.transport.close()
 
 
 class _Origin:
@@ -205,7 +226,7 @@ class Http1Pool:
                 return conn
             conn.close()
         if now - origin.resolved_at > self._dns_ttl_s:
-            addresses = await asyncio.to_thread(resolve, t.host)
+            addresses = await asyncio.to_thread(self._policy.resolve, t.host)
             self._policy.check_addresses(f"{t.scheme}://{t.host}:{t.port}/", t.host, addresses)  # EndpointRefused
             origin.addresses = [str(a) for a in addresses]
             origin.resolved_at = now
