@@ -140,3 +140,16 @@ async def test_early_answer_counts_and_the_unsent_rest_is_dropped(
     # The client did not keep its socket open to flush 16 MB into an endpoint that stopped reading.
     client_port = conns[0].getpeername()[1]
     await until_async(lambda: not _process_holds_socket(client_port), timeout_s=10, what="the socket to be released")
+
+
+async def test_a_kept_alive_connection_closed_by_the_endpoint_costs_no_attempt() -> None:
+    with OddEndpoint() as odd:
+        pool = Http1Pool(EndpointPolicy())
+        try:
+            # "interim" answers 200 without Connection: close and then closes: the pool keeps the
+            # connection, which is dead by the time the next request takes it.
+            for _ in range(5):
+                assert (await pool.post(odd.url("interim"), {}, b"x", 10)).status == 200
+        finally:
+            pool.close()
+    assert len(odd.requests) == 5

@@ -99,6 +99,8 @@ class OddEndpoint:
                     return
         except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
+        except asyncio.CancelledError:  # the endpoint is shutting down
+            pass
         finally:
             writer.close()
 
