@@ -70,7 +70,7 @@ class OddEndpoint:
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # an unread body backs up to the client
         sock.bind(("127.0.0.1", 0))
-        server = await asyncio.start_server(self._serve, sock=sock)
+        server = await asyncio.start_server(self._serve, sock=sock, backlog=1024)  # a burst of pushes
         self.port = sock.getsockname()[1]
         self._ready.set()
         async with server:
