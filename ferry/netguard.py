@@ -87,9 +87,7 @@ class EndpointPolicy:
 
     def check_addresses(self, url: str, host: str, addresses: Iterable[IPAddress]) -> None:
         """Raise :class:`EndpointRefused` unless every address may be targeted."""
-        host = host.lower().rstrip(".")
-        if host in METADATA_HOSTS:
-            raise EndpointRefused(f"endpoint {url} targets a cloud metadata host")
+        host = _check_name(url, host)
         host_allowed = any(fnmatch.fnmatchcase(host, p) for p in self.patterns)
         addresses = list(addresses)
         if not addresses:
@@ -110,9 +108,18 @@ class EndpointPolicy:
     def check_url(self, url: str) -> list[IPAddress]:
         """Resolve the URL's host and check it; returns the checked addresses."""
         host = urlsplit(url).hostname or ""
+        _check_name(url, host)  # before asking DNS: a metadata name is refused wherever it points
         addresses = self.resolve(host)
         self.check_addresses(url, host, addresses)
         return addresses
+
+
+def _check_name(url: str, host: str) -> str:
+    """The normalised host name; raises :class:`EndpointRefused` for a metadata service name."""
+    host = host.lower().rstrip(".")
+    if host in METADATA_HOSTS:
+        raise EndpointRefused(f"endpoint {url} targets a cloud metadata host")
+    return host
 
 
 def resolve(host: str) -> list[IPAddress]:

@@ -103,6 +103,14 @@ def test_metadata_names_are_refused_whatever_they_resolve_to(host: str) -> None:
         policy.check_url(f"http://{host}/computeMetadata/v1/")
 
 
+def test_metadata_names_are_refused_before_dns_is_asked() -> None:
+    def no_dns(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+        raise AssertionError("DNS was asked")
+
+    with pytest.raises(EndpointRefused, match="metadata host"):
+        EndpointPolicy(resolver=no_dns).check_url("http://metadata.google.internal/")
+
+
 def test_private_ranges_need_the_allow_list_once_it_is_set() -> None:
     open_policy = EndpointPolicy(resolver=lambda h: ips("10.0.0.7"))
     open_policy.check_url("http://billing/")  # the contract's default: any but link-local/metadata
