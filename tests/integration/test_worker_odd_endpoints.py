@@ -94,7 +94,7 @@ def test_odd_endpoints_never_crash_the_worker_nor_block_others(
         dead = 1 if action == "dead_letter" else 0
         assert (poisoned["dead_lettered"], poisoned["delivered"]) == (dead, n - dead), b
         assert (all_bad["dead_lettered"], all_bad["delivered"]) == (dead * n, n - dead * n), b
-        good_answers = [key for (beh, key, was_odd) in requests if beh == b and not was_odd]
+        good_answers = [r.key for r in requests if r.behaviour == b and r.only and not r.odd]
         assert sorted(set(good_answers)) == sorted(GOOD_KEYS), f"{b}: good keys of the poisoned subscription"
         if action == "dead_letter":
             for name, count in ((f"p-{b}-{run}", 1), (f"a-{b}-{run}", n)):
@@ -103,6 +103,10 @@ def test_odd_endpoints_never_crash_the_worker_nor_block_others(
                 for h in dlq:
                     assert error.encode() in h["ferry-error"], (name, h["ferry-error"])
                     assert h["ferry-attempts"] == str(attempts).encode(), (name, h["ferry-attempts"])
+    # The good keys of the slowloris subscription did not wait for the poison key's timeout.
+    order = [(r.key, r.attempt) for r in requests if r.behaviour == "slow-headers" and r.only]
+    poison_retry = order.index(("poison", 2))
+    assert {key for key, _ in order[:poison_retry]} >= set(GOOD_KEYS), "good keys waited for the poison key"
 
 
 def _all_committed(stats: list[dict[str, Any]], subscriptions: int, n: int) -> bool:

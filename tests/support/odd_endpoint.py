@@ -10,7 +10,7 @@ so sync tests and worker subprocesses can use it. Every misbehaviour is bounded 
     with OddEndpoint() as odd:
         url = odd.url("slow-headers", only="poison")
         ...
-        odd.requests  # [(behaviour, key, misbehaved)] in arrival order
+        odd.requests  # [Request(behaviour, only, key, attempt, odd)] in arrival order
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import asyncio
 import socket
 import struct
 import threading
+from typing import NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 HOLD_S = 30.0  # the longest any misbehaviour lasts
@@ -38,10 +39,18 @@ BEHAVIOURS = (
 )
 
 
+class Request(NamedTuple):
+    behaviour: str
+    only: str | None
+    key: str | None  # ce-partitionkey, decoded
+    attempt: int  # ce-ferryattempt
+    odd: bool  # whether the endpoint misbehaved for it
+
+
 class OddEndpoint:
     def __init__(self) -> None:
         self.port = 0
-        self.requests: list[tuple[str, str | None, bool]] = []
+        self.requests: list[Request] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -85,7 +94,7 @@ class OddEndpoint:
                     behaviour, only, headers = _parse(head)
                     key = headers.get("ce-partitionkey")
                     odd = behaviour != "ok" and (only is None or key == only)
-                    self.requests.append((behaviour, key, odd))
+                    self.requests.append(Request(behaviour, only, key, int(headers.get("ce-ferryattempt", "1")), odd))
                     length = int(headers.get("content-length", "0"))
                     if odd and behaviour == "early-answer":
                         await _early_answer(reader, writer)
