@@ -167,6 +167,10 @@ async def test_every_route_is_classified_and_enforced(api: TestClient) -> None:
         r = await api.request(method, url, headers=bearer(ADMIN), json={})
         assert r.status not in (401, 403, 500), (method, url, r.status)
     assert (await api.get("/api/v1/subscriptions/auth-x", headers=bearer(reader))).status == 200
+    # Paths the router does not know: under /api nothing is told without a token.
+    assert (await api.get("/api/v1/no-such-route")).status == 401
+    assert (await api.get("/api/v1/no-such-route", headers=bearer(ADMIN))).status == 404
+    assert (await api.get("/no-such-page")).status == 404
 
 
 async def test_cross_site_writes_are_refused_before_anything_happens(api: TestClient) -> None:
