@@ -146,7 +146,9 @@ def make_engine(url: str) -> Engine:
         parsed = make_url(url)
     except sa.exc.ArgumentError:
         raise ConfigError("FERRY_DB_URL", "is not a SQLAlchemy URL (e.g. mysql+pymysql://user:pw@host/db)") from None
-    kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    # hide_parameters: SQL parameter values (endpoint header secrets, token hashes) never reach
+    # an error message or log line.
+    kwargs: dict[str, Any] = {"pool_pre_ping": True, "hide_parameters": True}
     if parsed.get_backend_name() == "sqlite":
         # The portal runs blocking calls in worker threads; SQLite must allow that.
         kwargs["connect_args"] = {"check_same_thread": False}

@@ -2,14 +2,19 @@
 
 Refused always: link-local (169.254.0.0/16, fe80::/10, which holds most cloud metadata services),
 known metadata addresses (AWS/GCP/Azure 169.254.169.254, AWS IPv6 fd00:ec2::254, Alibaba
-100.100.100.200, metadata.google.internal), and the unspecified/multicast/reserved ranges.
+100.100.100.200, metadata.google.internal), and the unspecified/multicast/reserved ranges. An IPv6
+address that embeds an IPv4 one (IPv4-mapped ``::ffff:a.b.c.d``, NAT64 ``64:ff9b::a.b.c.d``, 6to4
+``2002:AABB:CCDD::``) is judged by the IPv4 address it reaches. Host spellings the system resolver
+reads as addresses (``2852039166``, ``0251.0376.0251.0376``, ``0x7f.1``) are resolved like any
+name, so they are judged by the address they mean.
 When ``FERRY_ENDPOINT_ALLOW`` is set, a target must also match one of its entries: a CIDR
 (``10.0.0.0/8``, ``127.0.0.1/32``) matched against every resolved address, or a host pattern
 (``*.svc.cluster.local``, ``billing``) matched against the URL's host name.
 
-The push path resolves the host itself and checks every address it got; the connection then
-goes to a checked address, so a DNS answer changed between check and connect cannot be used
-to reach a refused one.
+The push path resolves the host itself (through :meth:`EndpointPolicy.resolve`, the one seam
+where tests inject a resolver) and checks every address it got; the connection then goes to a
+checked address, so a DNS answer changed between check and connect (DNS rebinding) cannot be
+used to reach a refused one.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from urllib.parse import urlsplit
 
 from ferry.errors import EndpointRefused
@@ -30,9 +35,19 @@ METADATA_ADDRESSES = frozenset(
 )
 
 
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # Linux connects 0.x.y.z to the local host
+
+
 def _unmapped(ip: IPAddress) -> IPAddress:
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
+    """The IPv4 address an IPv6 one embeds (mapped, NAT64, 6to4), else the address itself."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip in NAT64:
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if ip.sixtofour is not None:
+            return ip.sixtofour
     return ip
 
 
@@ -43,7 +58,7 @@ def address_refusal(ip: IPAddress) -> str | None:
         return "a cloud metadata address"
     if ip.is_link_local:
         return "a link-local address"
-    if ip.is_unspecified or ip.is_multicast:
+    if ip.is_unspecified or ip.is_multicast or ip in THIS_NETWORK:
         return "an unspecified or multicast address"
     if isinstance(ip, ipaddress.IPv4Address) and ip.is_reserved:
         return "a reserved address"
@@ -53,7 +68,8 @@ def address_refusal(ip: IPAddress) -> str | None:
 class EndpointPolicy:
     """The allow-list plus the always-refused ranges; pure apart from :meth:`resolve`."""
 
-    def __init__(self, allow: Sequence[str] = ()) -> None:
+    def __init__(self, allow: Sequence[str] = (), resolver: Callable[[str], list[IPAddress]] | None = None) -> None:
+        self._resolver = resolver or resolve
         self.networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
         self.patterns: list[str] = []
         for entry in allow:
@@ -71,9 +87,7 @@ class EndpointPolicy:
 
     def check_addresses(self, url: str, host: str, addresses: Iterable[IPAddress]) -> None:
         """Raise :class:`EndpointRefused` unless every address may be targeted."""
-        host = host.lower().rstrip(".")
-        if host in METADATA_HOSTS:
-            raise EndpointRefused(f"endpoint {url} targets a cloud metadata host")
+        host = _check_name(url, host)
         host_allowed = any(fnmatch.fnmatchcase(host, p) for p in self.patterns)
         addresses = list(addresses)
         if not addresses:
@@ -87,12 +101,25 @@ class EndpointPolicy:
                     f"endpoint {url} ({ip}) is outside FERRY_ENDPOINT_ALLOW; add its network or host there"
                 )
 
+    def resolve(self, host: str) -> list[IPAddress]:
+        """Blocking: the host's addresses (raises :class:`EndpointRefused` when it does not resolve)."""
+        return self._resolver(host)
+
     def check_url(self, url: str) -> list[IPAddress]:
         """Resolve the URL's host and check it; returns the checked addresses."""
         host = urlsplit(url).hostname or ""
-        addresses = resolve(host)
+        _check_name(url, host)  # before asking DNS: a metadata name is refused wherever it points
+        addresses = self.resolve(host)
         self.check_addresses(url, host, addresses)
         return addresses
+
+
+def _check_name(url: str, host: str) -> str:
+    """The normalised host name; raises :class:`EndpointRefused` for a metadata service name."""
+    host = host.lower().rstrip(".")
+    if host in METADATA_HOSTS:
+        raise EndpointRefused(f"endpoint {url} targets a cloud metadata host")
+    return host
 
 
 def resolve(host: str) -> list[IPAddress]:

@@ -1,9 +1,11 @@
 """The portal's aiohttp application: middlewares (errors, auth, security headers, metrics) and routes.
 
 Every route under ``/api/v1`` needs ``Authorization: Bearer``; GETs need a ``read`` or ``admin``
-token, everything else ``admin``. Errors are JSON ``{"error", "field"}`` with 400, 401, 403,
-404, 409 or 413; bad input never yields a 500. Blocking work (database, ZooKeeper, Kafka) runs
-in threads so one slow call never stalls the others.
+token, everything else ``admin``. State-changing requests a browser marks as cross-site are
+refused first (:mod:`portal.csrf`). ``/healthz``, ``/metrics`` and the UI's files are open.
+Errors are JSON ``{"error", "field"}`` with 400, 401, 403, 404, 409 or 413; bad input never
+yields a 500. Blocking work (database, ZooKeeper, Kafka) runs in threads so one slow call never
+stalls the others.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from sqlalchemy.engine import Engine
 from ferry import db, log
 from ferry.config import Settings
 from ferry.errors import FerryError, ValidationError
-from portal import auth
+from portal import auth, csrf
 from portal.cluster import Cluster
 
 _log = log.get_logger(__name__)
@@ -79,12 +81,24 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except FerryError as exc:
         _log.warning("api.unavailable", path=request.path, error=str(exc))
         response = error(503, str(exc))
-    except Exception:
-        _log.error("api.failed", path=request.path, method=request.method, exc_info=True)
+    except Exception as exc:
+        # First line only: SQLAlchemy appends the statement (and, were they not hidden, its
+        # parameters) on further lines.
+        cause = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:500]
+        _log.error("api.failed", path=request.path, method=request.method, error=cause, exc_info=True)
         response = error(500, "internal error; see the portal log")
     for k, v in SECURITY_HEADERS.items():
         response.headers.setdefault(k, v)
     return response
+
+
+@web.middleware
+async def csrf_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    reason = csrf.refusal(request.method, request.headers)
+    if reason:
+        _log.warning("api.cross_site_refused", path=request.path, method=request.method, reason=reason)
+        raise ApiError(403, f"cross-site request refused: {reason}; change things from the portal's own UI or API")
+    return await handler(request)
 
 
 @web.middleware
@@ -146,7 +160,7 @@ def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Applic
     from portal import api_admin, api_ops, api_subscriptions, openapi, ui
 
     app = web.Application(
-        middlewares=[metrics_middleware, errors_middleware, auth_middleware],
+        middlewares=[metrics_middleware, errors_middleware, csrf_middleware, auth_middleware],
         client_max_size=settings.portal.max_body_bytes,
     )
     app[SETTINGS] = settings

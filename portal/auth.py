@@ -3,7 +3,8 @@
 The bootstrap admin token (``FERRY_ADMIN_TOKEN``) is compared in constant time; further tokens
 are looked up by their SHA-256 hash (the plaintext is never stored). ``read`` tokens may call
 every GET; writes need ``admin``. The UI sends the same header (no cookies), so there is no
-ambient credential for a cross-site request to ride on: CSRF has nothing to forge.
+ambient credential for a cross-site request to ride on; :mod:`portal.csrf` refuses cross-site
+writes anyway (defence in depth).
 """
 
 from __future__ import annotations

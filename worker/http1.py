@@ -11,7 +11,13 @@ request machinery was ~60 % of the worker's time). This client does only what pu
 - a request resolves as soon as the status line and headers arrived: an endpoint that never
   finishes its body cannot hold an acknowledged push hostage (that connection is dropped
   instead of reused); 1xx interim answers are skipped; redirects are returned, never followed;
-- any parse error, reset or timeout closes the connection and raises :class:`PushError`.
+- at most ``MAX_HEAD_BYTES`` may arrive before the final status and headers (1xx answers
+  included), so a huge or endless header block costs bounded memory and fails fast;
+- a kept-alive connection that turns out closed before any answer byte (the endpoint closed it
+  while idle) is retried once on a fresh connection, so an idle-close race costs no attempt;
+- any parse error, reset or timeout closes the connection and raises :class:`PushError`; a
+  connection dropped with request bytes still unsent (the endpoint answered early and stopped
+  reading) is aborted, not flushed, so it cannot linger.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from urllib.parse import urlsplit
 import httptools
 
 from ferry.errors import FerryError
-from ferry.netguard import EndpointPolicy, resolve
+from ferry.netguard import EndpointPolicy
+
+MAX_HEAD_BYTES = 64 * 1024
 
 
 class PushError(FerryError):
@@ -71,20 +79,33 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = True
         self.closed = False
         self.idle_since = 0.0
+        self.head_bytes = 0  # bytes received while the current request still waits for its answer
+        self.answered_bytes = False  # any byte received since the current request was sent
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        if self.complete and (self.waiter is None or self.waiter.done()):
+            self.close()  # bytes after a complete answer, or on an idle connection: never reuse it
+            return
+        self.answered_bytes = True
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(PushError(f"invalid HTTP answer: {exc}"))
             self.close()
+            return
         except httptools.HttpParserUpgrade:
             self._fail(PushError("endpoint answered with a protocol upgrade"))
             self.close()
+            return
+        if self.waiter is not None and not self.waiter.done():
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self._fail(PushError(f"answer headers (1xx answers included) exceed {MAX_HEAD_BYTES} bytes"))
+                self.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -121,6 +142,8 @@ class _Conn(asyncio.Protocol):
         assert self.transport is not None
         self.waiter = asyncio.get_running_loop().create_future()
         self.complete = False
+        self.head_bytes = 0
+        self.answered_bytes = False
         self.transport.write(data)
         return self.waiter
 
@@ -130,7 +153,10 @@ class _Conn(asyncio.Protocol):
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
-            self.transport.close()
+            if self.transport.get_write_buffer_size():
+                self.transport.abort()  # unsent request bytes: do not wait for a peer that stopped reading
+            else:
+                self.transport.close()
 
 
 class _Origin:
@@ -180,9 +206,21 @@ class Http1Pool:
         async with origin.slots:
             try:
                 async with asyncio.timeout(timeout_s):
-                    conn = await self._checkout(origin, t)
+                    conn = self._idle(origin)
+                    if conn is not None:
+                        try:
+                            return self._checkin(origin, conn, await conn.send(request))
+                        except PushError:
+                            conn.close()
+                            if conn.answered_bytes:  # the endpoint had started to answer: a real failure
+                                raise
+                            # A kept-alive connection the endpoint had closed meanwhile: once more, fresh.
+                        except BaseException:
+                            conn.close()
+                            raise
+                    conn = await self._connect(origin, t)
                     try:
-                        answer = await conn.send(request)
+                        return self._checkin(origin, conn, await conn.send(request))
                     except BaseException:
                         conn.close()
                         raise
@@ -190,22 +228,28 @@ class Http1Pool:
                 raise PushError(f"no answer within {int(timeout_s * 1000)} ms") from None
             except OSError as exc:
                 raise PushError(f"cannot connect to {t.host}:{t.port}: {exc.strerror or exc}") from None
-            if conn.reusable():
-                conn.idle_since = time.monotonic()
-                origin.idle.append(conn)
-            else:
-                conn.close()
-            return answer
 
-    async def _checkout(self, origin: _Origin, t: Target) -> _Conn:
+    def _checkin(self, origin: _Origin, conn: _Conn, answer: Answer) -> Answer:
+        if conn.reusable():
+            conn.idle_since = time.monotonic()
+            origin.idle.append(conn)
+        else:
+            conn.close()
+        return answer
+
+    def _idle(self, origin: _Origin) -> _Conn | None:
         now = time.monotonic()
         while origin.idle:
             conn = origin.idle.pop()
             if conn.reusable() and now - conn.idle_since < self._idle_s:
                 return conn
             conn.close()
+        return None
+
+    async def _connect(self, origin: _Origin, t: Target) -> _Conn:
+        now = time.monotonic()
         if now - origin.resolved_at > self._dns_ttl_s:
-            addresses = await asyncio.to_thread(resolve, t.host)
+            addresses = await asyncio.to_thread(self._policy.resolve, t.host)
             self._policy.check_addresses(f"{t.scheme}://{t.host}:{t.port}/", t.host, addresses)  # EndpointRefused
             origin.addresses = [str(a) for a in addresses]
             origin.resolved_at = now

@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+from ferry import log
 from ferry.errors import EndpointRefused
 from ferry.netguard import EndpointPolicy
 from ferry.subscription import HEADER_NAME_RE, RESERVED_HEADERS, Subscription
 from worker.http1 import Http1Pool, PushError
 
+_log = log.get_logger(__name__)
 CE_TYPE = "dev.ferry.kafka.record"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 # Record headers Ferry never forwards: its own, hop-by-hop, and ones that would change the request.
@@ -122,4 +124,7 @@ class PushClient:
             return PushResult(None, error=f"refused: {exc}")
         except PushError as exc:
             return PushResult(None, error=str(exc))
+        except Exception as exc:  # a client bug must cost one retry, never the partition's delivery task
+            _log.error("push.client_failed", subscription=sub.name, error=type(exc).__name__, exc_info=True)
+            return PushResult(None, error=f"push failed: {type(exc).__name__}")
         return PushResult(answer.status, retry_after=answer.retry_after)

@@ -68,3 +68,62 @@ def test_check_url_resolves_literals_and_names() -> None:
         EndpointPolicy().check_url("http://[fe80::1]/")
     with pytest.raises(EndpointRefused, match="does not resolve"):
         EndpointPolicy().check_url("http://no-such-host.invalid/")
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("http://2852039166/", "metadata"),  # 169.254.169.254 as one decimal number
+        ("http://0251.0376.0251.0376/", "metadata"),  # octal
+        ("http://0xa9.0xfe.0xa9.0xfe/", "metadata"),  # hex
+        ("http://169.254.43518/", "metadata"),  # a.b.c with a 16-bit last part
+        ("http://[::ffff:169.254.169.254]/", "metadata"),
+        ("http://[::ffff:a9fe:a9fe]/", "metadata"),
+        ("http://[64:ff9b::a9fe:a9fe]/", "metadata"),  # NAT64
+        ("http://[2002:a9fe:a9fe::1]/", "metadata"),  # 6to4
+        ("http://[fd00:ec2::254]/", "metadata"),
+        ("http://0/", "unspecified"),
+        ("http://0.0.0.0:8080/", "unspecified"),
+        ("http://0.1.2.3/", "unspecified"),
+        ("http://[::]/", "unspecified"),
+        ("http://[fe80::1%25eth0]/", "link-local"),
+    ],
+)
+def test_address_spellings_are_judged_by_what_they_mean(url: str, reason: str) -> None:
+    with pytest.raises(EndpointRefused, match=reason):
+        EndpointPolicy().check_url(url)
+
+
+@pytest.mark.parametrize(
+    "host", ["metadata.google.internal", "METADATA.GOOGLE.INTERNAL", "metadata.google.internal.", "metadata.goog"]
+)
+def test_metadata_names_are_refused_whatever_they_resolve_to(host: str) -> None:
+    policy = EndpointPolicy(["*"], resolver=lambda h: ips("10.0.0.1"))
+    with pytest.raises(EndpointRefused, match="metadata host"):
+        policy.check_url(f"http://{host}/computeMetadata/v1/")
+
+
+def test_metadata_names_are_refused_before_dns_is_asked() -> None:
+    def no_dns(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+        raise AssertionError("DNS was asked")
+
+    with pytest.raises(EndpointRefused, match="metadata host"):
+        EndpointPolicy(resolver=no_dns).check_url("http://metadata.google.internal/")
+
+
+def test_private_ranges_need_the_allow_list_once_it_is_set() -> None:
+    open_policy = EndpointPolicy(resolver=lambda h: ips("10.0.0.7"))
+    open_policy.check_url("http://billing/")  # the contract's default: any but link-local/metadata
+    with pytest.raises(EndpointRefused, match="FERRY_ENDPOINT_ALLOW"):
+        EndpointPolicy(["*.svc.cluster.local"], resolver=lambda h: ips("10.0.0.7")).check_url("http://billing/")
+
+
+def test_check_url_asks_the_injected_resolver() -> None:
+    asked: list[str] = []
+
+    def resolver(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+        asked.append(host)
+        return ips("127.0.0.1")
+
+    assert EndpointPolicy(resolver=resolver).check_url("http://name.example:81/") == ips("127.0.0.1")
+    assert asked == ["name.example"]
