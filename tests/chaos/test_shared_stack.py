@@ -6,6 +6,7 @@ verdict (tests/chaos/verdict.py) is asserted when its ``with stack.scenario(...)
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import time
@@ -23,6 +24,9 @@ from tests.support.endpoint import EndpointRecorder, Received, Reply
 from tests.support.wait import until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
+
+# More rounds for a longer hunt outside CI: FERRY_CHAOS_ROUNDS=20 python3 -m pytest tests/chaos -k kill_9_random
+ROUNDS = int(os.environ.get("FERRY_CHAOS_ROUNDS", "4"))
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +53,7 @@ def _log_has(path: Path, text: str, after: int) -> bool:
 def test_kill_9_random_workers(stack: ChaosStack) -> None:
     rng = random.Random(7)
     with stack.scenario("kill-9-workers") as sc:
-        for _ in range(4):
+        for _ in range(ROUNDS):
             victim = rng.choice(sorted(stack.workers))
             with sc.fault(f"kill-9 {victim}", partitions=sc.owned_by(victim)):
                 stack.workers[victim].kill(signal.SIGKILL)
@@ -114,6 +118,24 @@ def test_sigstop_worker_beyond_its_session(stack: ChaosStack) -> None:
                 stack.workers[victim].kill(signal.SIGCONT)
             until(lambda: _log_has(log, "engine.fenced", mark), timeout_s=30, what=f"{victim} fenced")
             until(lambda: victim in stack.registered(), timeout_s=30, what=f"{victim} registered again")
+
+
+def test_brief_outages_move_nothing(stack: ChaosStack) -> None:
+    """A freeze and a ZooKeeper cut shorter than the session (but about as long as the lease): pushes
+    pause, the session survives, nothing moves and nothing is pushed twice."""
+    with stack.scenario("brief-outages") as sc:
+        before = sc.watch.owners()
+        frozen, cut = sorted(stack.workers)[:2]
+        with sc.fault(f"sigstop-2s {frozen}", partitions=frozenset()):
+            stack.workers[frozen].kill(signal.SIGSTOP)
+            time.sleep(2.0)  # the fault's length, below the 4 s session
+            stack.workers[frozen].kill(signal.SIGCONT)
+        with sc.fault(f"zk-cut-2s {cut}", partitions=frozenset()):
+            stack.splits[cut].cut()
+            time.sleep(2.0)
+            stack.splits[cut].heal()
+        assert sc.watch.owners() == before, "a fault shorter than the session moved partitions"
+        assert sc.watch.timeline() == [o for o in sc.watch.timeline() if o.end is None], "ownership changed"
 
 
 def _phases(sc: Scenario, ep: EndpointRecorder) -> None:

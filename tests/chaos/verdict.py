@@ -78,6 +78,7 @@ class Verdict:
     fencing_violations: list[str] = field(default_factory=list)
     dead_lettered: int = 0
     pushers_known: int = 0  # requests whose pusher was identified (the fencing check's reach)
+    fencing_checked: bool = False
 
     def figures(self) -> dict[str, Any]:
         return {
@@ -88,7 +89,7 @@ class Verdict:
             "duplicates": self.duplicates,
             "unexplained_duplicates": len(self.unexplained),
             "order_violations": len(self.order_violations),
-            "fencing_violations": len(self.fencing_violations),
+            "fencing_violations": len(self.fencing_violations) if self.fencing_checked else None,
             "dead_lettered": self.dead_lettered,
             "pushers_known": self.pushers_known,
             "max_stall_s": round(self.max_stall_s, 2),
@@ -155,6 +156,7 @@ def judge(
     )
 
     if ownership is not None:
+        verdict.fencing_checked = True
         verdict.fencing_violations = fencing(log, ownership, tolerance_s)
     return verdict
 

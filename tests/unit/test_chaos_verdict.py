@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.chaos.report import table
 from tests.chaos.verdict import Delivery, Fault, Owned, judge
 
 
@@ -79,3 +80,15 @@ def test_fencing(at: float, pusher: str | None, ok: bool) -> None:
     owned = [Owned(0, "w1", 0.0, 10.0), Owned(0, "w2", 11.5, 20.0), Owned(0, "w1", 20.0, None)]
     v = judge({(0, 0)}, [d(0, 0, at, pusher=pusher)], [], ownership=owned, tolerance_s=0.5)
     assert (v.fencing_violations == []) is ok
+
+
+def test_report_table_shows_each_run_and_unchecked_fencing() -> None:
+    rows = [
+        {"scenario": "a", "records": 10, "lost": 0, "fencing_violations": 0},
+        {"scenario": "b", "records": 5, "lost": 0, "fencing_violations": None},
+        {"scenario": "a", "records": 12, "lost": 0, "fencing_violations": 0},
+    ]
+    lines = table(rows).splitlines()
+    assert len(lines) == 4
+    assert lines[2].startswith("| a | 10 / 12 |")
+    assert "| n/a |" in lines[3]
