@@ -200,7 +200,9 @@ class Scenario:
         self.watch = OwnerWatch(st.cluster, self.sub, self.topic, self.partitions)
         st.cluster.add_subscription(self.sub_doc)
         until(lambda: len(self.watch.owners()) == self.partitions, timeout_s=60, what=f"{self.sub} owned")
-        self.load = Trickle(st.bootstrap, self.topic, self.partitions, self.rate, self.keys).start()
+        # Bounded: at most 5 minutes of load, whatever the scenario does.
+        cap = int(self.rate * 300)
+        self.load = Trickle(st.bootstrap, self.topic, self.partitions, self.rate, self.keys, cap).start()
         self.started = time.time()
         self.wait_flowing(self.started)
         return self
