@@ -104,6 +104,11 @@ class ChaosStack:
         path = zkpaths.workers(self.cluster.name)
         return list(self.cluster.zk.get_children(path)) if self.cluster.zk.exists(path) else []
 
+    def contenders(self) -> list[str]:
+        """Coordinators taking part in the leader election (the leader and the standbys)."""
+        path = zkpaths.election(self.cluster.name)
+        return list(self.cluster.zk.get_children(path)) if self.cluster.zk.exists(path) else []
+
     def leader_name(self) -> str | None:
         pid = self.cluster.leader()
         return next((n for n, p in self.coordinators.items() if p.proc and str(p.proc.pid) == pid), None)

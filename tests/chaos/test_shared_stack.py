@@ -81,6 +81,32 @@ def test_kill_9_leader_coordinator(stack: ChaosStack) -> None:
             stack.start_coordinator(f"{leader}b").wait_ready(60)
 
 
+def test_frozen_leader_steps_down_and_stands_by(stack: ChaosStack) -> None:
+    """kill -STOP the leader beyond its session: the standby leads and rebalances; the old leader,
+    woken, steps down (its session is gone, so it can write nothing) and campaigns again as a standby."""
+    with stack.scenario("sigstop-leader") as sc:
+        leader = stack.leader_name()
+        assert leader is not None
+        proc = stack.coordinators[leader]
+        mark = len(proc.log_path.read_text(errors="replace"))
+        with sc.fault(f"sigstop {leader}", partitions=frozenset()):  # moves nothing: no duplicate
+            old_pid = stack.cluster.leader()
+            proc.kill(signal.SIGSTOP)
+            try:
+                until(lambda: stack.cluster.leader() not in (None, old_pid), timeout_s=30, what="the standby leads")
+            finally:
+                proc.kill(signal.SIGCONT)
+            until(
+                lambda: _log_has(proc.log_path, "leader.stepped_down", mark), timeout_s=30, what="old leader steps down"
+            )
+            until(lambda: len(stack.contenders()) == 2, timeout_s=30, what="the old leader campaigns again")
+            joiner = stack.start_worker("w4").wait_ready(60)
+            until(lambda: "w4" in sc.owners_now(), timeout_s=60, what="w4 given partitions by the new leader")
+            joiner.stop(grace_s=30)
+            stack.workers.pop("w4")
+            until(lambda: "w4" not in sc.owners_now(), timeout_s=60, what="w4's partitions moved back")
+
+
 def test_zookeeper_session_expiry_of_a_worker(stack: ChaosStack) -> None:
     """Cut one running worker off ZooKeeper beyond its session: its lease stops its pushes, the session
     expires, its partitions move; after the cut heals it is fenced and never pushes them again (the
