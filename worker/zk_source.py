@@ -191,7 +191,7 @@ class ZkSource:
         seen = time.monotonic()
         try:
             while ref in self.desired and not self._lost:
-                epoch = await asyncio.to_thread(self._try_take, ref)
+                epoch = await self._try_take_or_give_back(ref)
                 if epoch is not None:
                     self.owned[ref] = epoch
                     try:
@@ -218,6 +218,21 @@ class ZkSource:
             self.loop.call_later(0.5, self._wake.set)
         finally:
             self.taking.pop(ref, None)
+
+    async def _try_take_or_give_back(self, ref: PartitionRef) -> int | None:
+        """``_try_take`` in a thread. If this task is cancelled meanwhile (the partition was assigned
+        elsewhere, or the session was lost), the thread still runs to the end and may create the
+        owner node: delete it then, or it would stay for the whole session and nobody could take the
+        partition (it would stall until this worker restarts)."""
+        attempt = asyncio.ensure_future(asyncio.to_thread(self._try_take, ref))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                if await attempt is not None:
+                    await asyncio.to_thread(self._drop_owner, ref)
+                    _log.info("handoff.given_back", key=ref.key(), reason="take cancelled")
+            raise
 
     def _try_take(self, ref: PartitionRef) -> int | None:
         """Blocking. Bump the epoch and create the owner atomically; None if someone owns it."""

@@ -62,11 +62,11 @@ class Cluster:
         self.processes.append(proc)
         return proc.start()
 
-    def coordinator(self, name: str = "coord") -> HealthProcess:
-        return self._service("coordinator", name, "FERRY_COORDINATOR_METRICS_PORT", {})
+    def coordinator(self, name: str = "coord", **env: str) -> HealthProcess:
+        return self._service("coordinator", name, "FERRY_COORDINATOR_METRICS_PORT", env)
 
-    def worker(self, name: str) -> HealthProcess:
-        return self._service("worker", name, "FERRY_WORKER_METRICS_PORT", {"FERRY_WORKER_ID": name})
+    def worker(self, name: str, **env: str) -> HealthProcess:
+        return self._service("worker", name, "FERRY_WORKER_METRICS_PORT", {"FERRY_WORKER_ID": name, **env})
 
     def add_subscription(self, doc: dict[str, Any]) -> None:
         sub = parse(doc)

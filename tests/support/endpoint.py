@@ -24,6 +24,8 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float  # time.time() on receipt
+    status: int | None = None  # what the endpoint answered; None: no answer (connection dropped)
+    pusher: str | None = None  # who sent it, when the recorder was given an ``identify`` function
 
     @property
     def ce_id(self) -> str:
@@ -61,6 +63,9 @@ class EndpointRecorder:
         self.port = 0
         self.received: list[Received] = []
         self.script: Callable[[Received], Reply] = lambda r: Reply(200)
+        # Optional: the client's port → who pushed (e.g. a worker id), asked once per connection.
+        self.identify: Callable[[int], str | None] | None = None
+        self._peers: dict[int, tuple[object, str | None]] = {}
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
@@ -73,16 +78,33 @@ class EndpointRecorder:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
         rec = Received(request.path, {k.lower(): v for k, v in request.headers.items()}, body, time.time())
+        rec.pusher = self._pusher(request)
         with self._lock:
             self.received.append(rec)
         reply = self.script(rec)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
-        if reply.close:
-            assert request.transport is not None
-            request.transport.close()
-            return web.Response(status=200)
+        transport = request.transport
+        if reply.close or transport is None or transport.is_closing():
+            if transport is not None:
+                transport.close()
+            return web.Response(status=200)  # never sent: rec.status stays None
+        rec.status = reply.status
         return web.Response(status=reply.status, headers=reply.headers, body=reply.body)
+
+    def _pusher(self, request: web.Request) -> str | None:
+        transport = request.transport
+        if self.identify is None or transport is None:
+            return None
+        peer = transport.get_extra_info("peername")
+        if not peer:
+            return None
+        port = int(peer[1])
+        known = self._peers.get(port)
+        if known is None or known[0] is not transport:
+            known = (transport, self.identify(port))
+            self._peers[port] = known
+        return known[1]
 
     def start(self) -> EndpointRecorder:
         ready = threading.Event()

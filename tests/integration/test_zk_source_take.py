@@ -1,0 +1,79 @@
+"""The worker's take of a partition, cancelled half-way (the leader assigned the partition elsewhere a
+moment later): the owner node its ZooKeeper transaction may still create must be given back, or
+nobody else can take the partition while this worker lives (found by the chaos suite: a partition
+stalled for good after two quick rebalances)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from ferry import config, zkpaths
+from ferry.subscription import PartitionRef, parse
+from worker.metrics import WorkerMetrics
+from worker.zk_source import ZkSource
+
+pytestmark = pytest.mark.integration
+
+
+class NoEngine:
+    """Only what ZkSource calls; a partition taken here is never pushed."""
+
+    def __init__(self) -> None:
+        self.metrics = WorkerMetrics(CollectorRegistry())
+        self.acquired: list[PartitionRef] = []
+
+    async def acquire(self, ref: PartitionRef, sub: Any, epoch: int) -> None:
+        self.acquired.append(ref)
+
+    async def release(self, ref: PartitionRef) -> None:
+        return None
+
+    async def fence(self) -> None:
+        return None
+
+    def set_lease(self, deadline: float | None) -> None:
+        return None
+
+    def stats(self) -> list[dict[str, Any]]:
+        return []
+
+
+async def test_cancelled_take_gives_the_owner_node_back(zk_connect: str, cluster_name: str) -> None:
+    settings = config.load(env={"FERRY_ZK_CONNECT": zk_connect, "FERRY_CLUSTER": cluster_name})
+    engine = NoEngine()
+    source = ZkSource(engine, settings, "w1")  # type: ignore[arg-type]
+    source.loop = asyncio.get_running_loop()
+    await asyncio.to_thread(source.zk.start, 15)
+    try:
+        ref = PartitionRef("s", "t", 0)
+        in_thread = threading.Event()
+        real_try_take = source._try_take
+
+        def slow_try_take(r: PartitionRef) -> int | None:
+            in_thread.set()
+            time.sleep(0.5)  # the cancel lands while the transaction is still to come
+            return real_try_take(r)
+
+        source._try_take = slow_try_take  # type: ignore[method-assign]
+        source.desired = {ref: parse({"name": "s", "topics": ["t"], "endpoint": {"url": "http://127.0.0.1:9/"}})}
+        source._reconcile()
+        await asyncio.to_thread(in_thread.wait, 5)
+        source.desired = {}  # assigned elsewhere
+        source._reconcile()  # cancels the take
+        await asyncio.sleep(1.5)
+
+        owner = zkpaths.owner(cluster_name, *ref)
+        stat = await asyncio.to_thread(source.zk.exists, owner)
+        holder = json.loads((await asyncio.to_thread(source.zk.get, owner))[0]) if stat else None
+        assert stat is None, f"the cancelled take left the owner node behind: {holder}"
+        assert engine.acquired == [] and ref not in source.owned
+    finally:
+        await asyncio.to_thread(source.zk.stop)
+        await asyncio.to_thread(source.zk.close)
