@@ -10,7 +10,9 @@ request machinery was ~60 % of the worker's time). This client does only what pu
   are cached ``dns_ttl_s``, so a changed DNS answer is checked again within seconds;
 - a request resolves as soon as the status line and headers arrived: an endpoint that never
   finishes its body cannot hold an acknowledged push hostage (that connection is dropped
-  instead of reused); 1xx interim answers are skipped; redirects are returned, never followed;
+  instead of reused); a batch push (``read_body`` > 0) waits for the whole answer body instead,
+  keeping at most ``read_body`` bytes of it (``Answer.truncated`` says when more came); 1xx
+  interim answers are skipped; redirects are returned, never followed;
 - any parse error, reset or timeout closes the connection and raises :class:`PushError`.
 """
 
@@ -37,6 +39,8 @@ class PushError(FerryError):
 class Answer:
     status: int
     retry_after: str | None
+    body: bytes = b""
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,9 @@ class _Conn(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.waiter: asyncio.Future[Answer] | None = None
         self.retry_after: str | None = None
+        self.read_body = 0
+        self.body: list[bytes] = []
+        self.body_size = 0
         self.complete = True
         self.keep_alive = True
         self.closed = False
@@ -94,6 +101,8 @@ class _Conn(asyncio.Protocol):
     def on_message_begin(self) -> None:
         self.retry_after = None
         self.complete = False
+        self.body = []
+        self.body_size = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower() == b"retry-after":
@@ -104,6 +113,8 @@ class _Conn(asyncio.Protocol):
         if 100 <= status < 200:
             return  # interim answer; the real one follows
         self.keep_alive = self.parser.should_keep_alive()
+        if self.read_body:
+            return  # resolved in on_message_complete, with the body
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(Answer(status, self.retry_after))
 
@@ -111,14 +122,26 @@ class _Conn(asyncio.Protocol):
         if 100 <= self.parser.get_status_code() < 200:
             return
         self.complete = True
+        if self.read_body and self.waiter is not None and not self.waiter.done():
+            status = self.parser.get_status_code()
+            body = b"".join(self.body)
+            self.waiter.set_result(Answer(status, self.retry_after, body, self.body_size > len(body)))
+
+    def on_body(self, data: bytes) -> None:
+        if self.read_body:
+            keep = self.read_body - min(self.body_size, self.read_body)
+            if keep > 0:
+                self.body.append(data[:keep])
+            self.body_size += len(data)
 
     # use
     def _fail(self, exc: Exception) -> None:
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(exc)
 
-    def send(self, data: bytes) -> asyncio.Future[Answer]:
+    def send(self, data: bytes, read_body: int = 0) -> asyncio.Future[Answer]:
         assert self.transport is not None
+        self.read_body = read_body
         self.waiter = asyncio.get_running_loop().create_future()
         self.complete = False
         self.transport.write(data)
@@ -160,7 +183,9 @@ class Http1Pool:
             t = self._targets[url] = Target.parse(url)
         return t
 
-    async def post(self, url: str, headers: dict[str, str], body: bytes, timeout_s: float) -> Answer:
+    async def post(
+        self, url: str, headers: dict[str, str], body: bytes, timeout_s: float, read_body: int = 0
+    ) -> Answer:
         t = self.target(url)
         origin = self._origins.get((t.scheme, t.host, t.port))
         if origin is None:
@@ -182,7 +207,7 @@ class Http1Pool:
                 async with asyncio.timeout(timeout_s):
                     conn = await self._checkout(origin, t)
                     try:
-                        answer = await conn.send(request)
+                        answer = await conn.send(request, read_body)
                     except BaseException:
                         conn.close()
                         raise
