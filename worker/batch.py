@@ -244,7 +244,7 @@ def interpret(
             return Verdict("malformed", reasons=(f"malformed per-record results: {found}",) * n)
         return found
     if n > 1 and (status == 413 or (400 <= status < 500 and status not in (408, 429))):
-        return Verdict("split", reasons=(f"endpoint answered {status} for the batch",) * n)
+        return Verdict("split", (status,) * n, (f"endpoint answered {status} for the batch",) * n)
     return _whole(n, status, "")
 
 

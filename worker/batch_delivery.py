@@ -98,7 +98,9 @@ class BatchDispatcher:
             verdict = interpret(result.status, result.body, result.truncated, ids, result.error)
             if verdict.kind == "split":
                 half = len(records) // 2
-                self.cap = max(1, min(self.cap, half))
+                if verdict.statuses[0] == 413:
+                    self.cap = max(1, min(self.cap, half))  # too large: remembered for this partition
+                size = min(self.cap, (len(records) + 1) // 2)  # another 4xx: bisect to the refused records
                 _log.warning(
                     "batch.split",
                     subscription=runner.sub.name,
@@ -108,8 +110,12 @@ class BatchDispatcher:
                     reason=verdict.reasons[0],
                     max_records_now=self.cap,
                 )
-                await self._see_through(records[:half], pushes[:half], charged[:half])
-                await self._see_through(records[half:], pushes[half:], charged[half:])
+                # In order, chunk by chunk; after another 413 the rest goes in smaller chunks.
+                i = 0
+                while i < len(records):
+                    j = i + min(size, self.cap)
+                    await self._see_through(records[i:j], pushes[i:j], charged[i:j])
+                    i = j
                 return
             wait_s = parse_retry_after(result.retry_after, time.time())
             lanes = [runner.window.lane(r) for r in records]

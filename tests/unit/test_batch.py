@@ -126,9 +126,7 @@ def rec(offset: int = 7, key: bytes | None = b"k/1", value: bytes | None = b'{"a
         (b"", b"application/json", None),
     ],
 )
-def test_data_is_json_when_it_is_else_base64_byte_for_byte(
-    value: bytes, content_type: bytes | None, data: Any
-) -> None:
+def test_data_is_json_when_it_is_else_base64_byte_for_byte(value: bytes, content_type: bytes | None, data: Any) -> None:
     headers = [("content-type", content_type)] if content_type is not None else []
     event = json.loads(EventEncoder("c", "s").event(rec(value=value, headers=headers), 1))
     if data is not None:
@@ -234,9 +232,9 @@ def results(*entries: Any) -> bytes:
             (),
         ),
         (200, b'{"results": {"t/0/1": 200}}', False, "malformed", ()),
-        (413, b"", False, "split", ()),
-        (400, b"", False, "split", ()),
-        (404, b"", False, "split", ()),
+        (413, b"", False, "split", (413, 413, 413)),
+        (400, b"", False, "split", (400, 400, 400)),
+        (404, b"", False, "split", (404, 404, 404)),
         (429, b"", False, "statuses", (429, 429, 429)),
         (408, b"", False, "statuses", (408, 408, 408)),
         (503, b"", False, "statuses", (503, 503, 503)),
