@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -95,7 +96,26 @@ def test_unreachable_database_is_a_clear_error() -> None:
     assert "cannot reach the database" in done.stderr and "FERRY_DB_URL" in done.stderr
 
 
-def test_0002_keeps_existing_subscriptions_single_record(db_url: str) -> None:
+@pytest.fixture()
+def empty_db_url(db_url: str) -> Iterator[str]:
+    """A database with no schema yet (the MariaDB one of the session is already migrated)."""
+    if not db_url.startswith("mysql"):
+        yield db_url
+        return
+    admin = sa.create_engine(db_url, isolation_level="AUTOCOMMIT")
+    name = f"{db_url.rsplit('/', 1)[1]}_m2"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    try:
+        yield f"{db_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE `{name}`"))
+        admin.dispose()
+
+
+def test_0002_keeps_existing_subscriptions_single_record(empty_db_url: str) -> None:
+    db_url = empty_db_url
     runner.upgrade(db_url, "0001")
     engine = db.make_engine(db_url)
     try:
