@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import quote
 
+import orjson
+
 from worker.push import CE_TYPE, DEFAULT_CONTENT_TYPE, Record, _header_value
 from worker.retry import Decision, RetryPolicy
 
@@ -70,15 +72,11 @@ def event_size(record: Record) -> int:
     return len(record.value or b"") * 4 // 3 + len(record.key or b"") * 3 + EVENT_OVERHEAD
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
 def is_json(value: bytes) -> bool:
-    """Strict JSON text in UTF-8 (no NaN/Infinity), safe to embed verbatim."""
+    """Strict JSON text in UTF-8 (RFC 8259: no NaN/Infinity, no lone surrogates), safe to embed verbatim."""
     try:
-        json.loads(value.decode("utf-8"), parse_constant=_reject_constant)
-    except (ValueError, RecursionError):
+        orjson.loads(value)
+    except orjson.JSONDecodeError:
         return False
     return True
 
@@ -95,6 +93,10 @@ class EventEncoder:
         self._second_text = ""
         self._keys: dict[bytes, str] = {}
         self._types: dict[bytes | None, tuple[str, bool]] = {}
+        # (topic, partition) -> the id prefix and the kafka* attributes up to the offset.
+        self._where: dict[tuple[str, int], tuple[str, str]] = {}
+        # Records of a topic mostly carry the same few header sets (content-type, schema, ...).
+        self._header_sets: dict[tuple[tuple[str, bytes | None], ...], tuple[bytes | None, str]] = {}
 
     def _time(self, ms: int) -> str:
         second = ms // 1000
@@ -128,12 +130,27 @@ class EventEncoder:
         content_type: bytes | None = None
         extra = ""
         if r.headers:
-            content_type, extra = self._headers(r.headers)
+            key = tuple(r.headers)
+            found = self._header_sets.get(key)
+            if found is None:
+                found = self._headers(key)
+                if len(self._header_sets) >= self._CACHE_MAX:
+                    self._header_sets.clear()
+                self._header_sets[key] = found
+            content_type, extra = found
         ctype, json_type = self._content_type(content_type)
+        where = self._where.get((r.topic, r.partition))
+        if where is None:
+            where = self._where[(r.topic, r.partition)] = (
+                f"{self._head}{r.topic}/{r.partition}/",
+                f',"kafkatopic":"{r.topic}","kafkapartition":{r.partition},"kafkaoffset":',
+            )
+        ms = r.timestamp_ms
+        if ms // 1000 != self._second:
+            self._time(ms)
         text = (
-            f'{self._head}{r.topic}/{r.partition}/{r.offset}","time":"{self._time(r.timestamp_ms)}",'
-            f'"datacontenttype":{ctype},"kafkatopic":"{r.topic}","kafkapartition":{r.partition},'
-            f'"kafkaoffset":{r.offset},"ferryattempt":{attempt}'
+            f'{where[0]}{r.offset}","time":"{self._second_text}.{ms % 1000:03d}Z","datacontenttype":{ctype}'
+            f'{where[1]}{r.offset},"ferryattempt":{attempt}'
         )
         if r.key is not None:
             text += f',"partitionkey":"{self._key(r.key)}"'

@@ -126,20 +126,26 @@ class PartitionRunner:
     def feed(self, records: list[Record], high_watermark: int | None, eof: int | None) -> None:
         if self.closing:
             return
+        # Locals: this loop runs for every fetched record.
+        merge, next_offset, add = self.merge, self.next_offset, self.window.add
+        added = 0
         for r in records:
-            if self.next_offset is not None and r.offset < self.next_offset:
+            offset = r.offset
+            if next_offset is not None and offset < next_offset:
                 continue  # fetched before a re-seek: already seen
-            if self.merge is None:
-                self.merge = OffsetMerge(r.offset)
-            elif self.next_offset is not None and r.offset > self.next_offset:
+            if merge is None:
+                merge = self.merge = OffsetMerge(offset)
+            elif next_offset is not None and offset > next_offset:
                 # Offsets the log does not hold (compaction, transaction markers): nothing to deliver.
-                self.merge.ack_range(self.next_offset, r.offset)
+                merge.ack_range(next_offset, offset)
                 self.dirty = True
-            self.next_offset = r.offset + 1
-            if self.merge.is_acked(r.offset):
+            next_offset = offset + 1
+            if offset < merge.committed or (merge.gaps and merge.is_acked(offset)):
                 continue
-            self.window.add(r)
-            self.buffered_bytes += r.size
+            add(r)
+            added += r.size
+        self.next_offset = next_offset
+        self.buffered_bytes += added
         if eof is not None:
             if self.merge is None:
                 self.merge = OffsetMerge(eof)
@@ -258,14 +264,23 @@ class PartitionRunner:
         self.pump()
 
     def acknowledged_many(self, records: list[Record], dead: bool) -> None:
-        """A batch's settled records (acknowledged or dead-lettered): one pass, one pump."""
+        """A batch's settled records (acknowledged or dead-lettered), in offset order: one pass, one pump."""
         assert self.merge is not None
-        ack, finish = self.merge.ack, self.window.finish
+        finish = self.window.finish
         size = 0
+        # Records come in offset order (a batch is taken so): acknowledge contiguous runs at once.
+        lo = hi = -1
         for record in records:
-            ack(record.offset)
+            offset = record.offset
+            if offset != hi:
+                if hi > lo:
+                    self.merge.ack_range(lo, hi)
+                lo = offset
+            hi = offset + 1
             finish(record)
             size += record.size
+        if hi > lo:
+            self.merge.ack_range(lo, hi)
         self.buffered_bytes -= size
         self.dirty = True
         n = len(records)

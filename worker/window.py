@@ -37,6 +37,12 @@ class HasOffset(Protocol):
 
 
 R = TypeVar("R", bound=HasOffset)
+
+
+def _offset(item: HasOffset) -> int:
+    return item.offset
+
+
 _PARTITION_LANE = ("partition",)
 
 
@@ -100,7 +106,7 @@ class Window(Generic[R]):
         return out
 
     def take_batch(self, max_records: int, max_bytes: int, size: Callable[[R], int]) -> list[R]:
-        """One batch that may start now: whole runs of ready lanes, in offset order per lane, until
+        """One batch that may start now, in offset order: whole runs of ready lanes until
         ``max_records``, ``max_bytes`` (by ``size``) or ``max_in_flight`` is reached. A record larger
         than ``max_bytes`` goes alone. Empty when nothing is ready. Every record is in flight until
         :meth:`finish`; its lane stays busy until the last of them finishes."""
@@ -130,6 +136,9 @@ class Window(Generic[R]):
             if queue:
                 break  # partly taken: the rest waits until these finish (finish() makes it ready again)
             del lanes[lane]
+        if len(out) > 1:
+            # Offset order overall (so per lane too): the acks then come back as contiguous runs.
+            out.sort(key=_offset)
         return out
 
     def finish(self, item: R) -> None:
