@@ -130,7 +130,7 @@ def run_worker(tmp: Path, bootstrap: str, topic: str, ep: str, n: int, name: str
     """A static worker for ``topic`` until the endpoint counted ``n``: (CPU seconds from the first
     record to the last, peak RSS MB). The records/s figure comes from the endpoint's receipt times."""
     assignment = tmp / f"{name}.json"
-    assignment.write_text(json.dumps({"subscriptions": [{"name": name, "topics": [topic], "ordering": "key", **sub}]}))
+    assignment.write_text(json.dumps({"subscriptions": [{"name": name, "topics": [topic], **sub}]}))
     port = embedded.free_port()
     profile = ["-m", "cProfile", "-o", f"{PROFILE_DIR}/{name}.prof"] if PROFILE_DIR else []
     proc = embedded.ServiceProcess(
@@ -207,6 +207,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--requests", type=int, default=12, help="baseline: POSTs in flight")
     ap.add_argument("--max-in-flight", type=int, default=1000, help="worker: records in flight per partition")
+    ap.add_argument("--ordering", default="key", choices=("key", "partition", "none"))
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ferry-bench-"))
     broker = embedded.kafka_broker(tmp, embedded.free_port()).start().wait_ready(30)
@@ -235,6 +236,7 @@ def main() -> None:
 
         http("POST", f"{ep}/reset")
         sub = {
+            "ordering": a.ordering,
             "endpoint": {"url": f"{ep}/batch"},
             "max_in_flight": a.max_in_flight,
             "batch": {"max_records": a.batch},
@@ -246,7 +248,7 @@ def main() -> None:
         print(f"{'':44} {'records/s':>10} {'records/CPU-s':>14}")
         print(f"{f'naive batched loop ({a.batch}/POST, baseline)':44} {naive_rate:10.0f} {a.records / naive_cpu:14.0f}")
         print(
-            f"{f'ferry worker, batch mode ({a.batch}/POST), key':44} {ferry_rate:10.0f} {a.records / ferry_cpu:14.0f}"
+            f"{f'ferry worker, batch mode ({a.batch}/POST), {a.ordering}':44} {ferry_rate:10.0f} {a.records / ferry_cpu:14.0f}"
         )
         print(
             f"ratio ferry/naive: {ferry_rate / naive_rate:.2f}x records/s, {naive_cpu / ferry_cpu:.2f}x records/CPU-s"

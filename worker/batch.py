@@ -253,6 +253,8 @@ def interpret(
         except (ValueError, RecursionError):
             if truncated:
                 return Verdict("malformed", reasons=(f"answer body over {MAX_ANSWER_BYTES} bytes",) * n)
+            if b'"results"' in body:
+                return Verdict("malformed", reasons=("per-record results that are not valid JSON",) * n)
             return _whole(n, status, "")  # not JSON: an irrelevant body
         if not isinstance(doc, dict) or "results" not in doc:
             return _whole(n, status, "")

@@ -72,6 +72,7 @@ class _Conn(asyncio.Protocol):
         self.waiter: asyncio.Future[Answer] | None = None
         self.retry_after: str | None = None
         self.read_body = 0
+        self.status = 0  # of the answer being read, once its headers are in
         self.body: list[bytes] = []
         self.body_size = 0
         self.complete = True
@@ -95,11 +96,16 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.read_body and exc is None and self.status and self.waiter is not None and not self.waiter.done():
+            # A body delimited by the connection's end (no Content-Length): the close completes it.
+            body = b"".join(self.body)
+            self.waiter.set_result(Answer(self.status, self.retry_after, body, self.body_size > len(body)))
         self._fail(PushError(f"connection closed by the endpoint{f': {exc}' if exc else ''}"))
 
     # httptools callbacks
     def on_message_begin(self) -> None:
         self.retry_after = None
+        self.status = 0
         self.complete = False
         self.body = []
         self.body_size = 0
@@ -113,6 +119,7 @@ class _Conn(asyncio.Protocol):
         if 100 <= status < 200:
             return  # interim answer; the real one follows
         self.keep_alive = self.parser.should_keep_alive()
+        self.status = status
         if self.read_body:
             return  # resolved in on_message_complete, with the body
         if self.waiter is not None and not self.waiter.done():

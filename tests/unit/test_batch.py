@@ -201,6 +201,7 @@ def results(*entries: Any) -> bytes:
         (204, b"ok", False, "statuses", (204, 204, 204)),
         (200, b'{"accepted": 3}', False, "statuses", (200, 200, 200)),  # no results: all acked
         (200, b"{broken", False, "statuses", (200, 200, 200)),  # not JSON: irrelevant body
+        (200, b'{"results": [{"id": "t/0/1", "st', False, "malformed", ()),  # cut results
         (200, b"{" + b" " * 10, True, "malformed", ()),  # cut off: cannot be trusted
         (
             207,
