@@ -96,7 +96,7 @@ class EventEncoder:
         # (topic, partition) -> the id prefix and the kafka* attributes up to the offset.
         self._where: dict[tuple[str, int], tuple[str, str]] = {}
         # Records of a topic mostly carry the same few header sets (content-type, schema, ...).
-        self._header_sets: dict[tuple[tuple[str, bytes | None], ...], tuple[bytes | None, str]] = {}
+        self._header_sets: dict[tuple[tuple[str, bytes | None], ...], tuple[str, bool, str]] = {}
 
     def _time(self, ms: int) -> str:
         second = ms // 1000
@@ -125,41 +125,44 @@ class EventEncoder:
             self._keys[key] = text
         return text
 
-    def event(self, r: Record, attempt: int) -> bytes:
-        """One structured-mode CloudEvent as JSON."""
-        content_type: bytes | None = None
-        extra = ""
-        if r.headers:
-            key = tuple(r.headers)
-            found = self._header_sets.get(key)
+    def event(self, r: Record, attempt: int) -> str:
+        """One structured-mode CloudEvent as JSON text (the batch is encoded once, as a whole)."""
+        headers = r.headers
+        if headers:
+            hkey = tuple(headers)
+            found = self._header_sets.get(hkey)
             if found is None:
-                found = self._headers(key)
+                content_type, extra = self._headers(hkey)
+                found = (*self._content_type(content_type), extra)
                 if len(self._header_sets) >= self._CACHE_MAX:
                     self._header_sets.clear()
-                self._header_sets[key] = found
-            content_type, extra = found
-        ctype, json_type = self._content_type(content_type)
-        where = self._where.get((r.topic, r.partition))
+                self._header_sets[hkey] = found
+            ctype, json_type, extra = found
+        else:
+            ctype, json_type = self._content_type(None)
+            extra = ""
+        topic, partition, offset = r.topic, r.partition, r.offset
+        where = self._where.get((topic, partition))
         if where is None:
-            where = self._where[(r.topic, r.partition)] = (
-                f"{self._head}{r.topic}/{r.partition}/",
-                f',"kafkatopic":"{r.topic}","kafkapartition":{r.partition},"kafkaoffset":',
+            where = self._where[(topic, partition)] = (
+                f"{self._head}{topic}/{partition}/",
+                f',"kafkatopic":"{topic}","kafkapartition":{partition},"kafkaoffset":',
             )
         ms = r.timestamp_ms
         if ms // 1000 != self._second:
             self._time(ms)
-        text = (
-            f'{where[0]}{r.offset}","time":"{self._second_text}.{ms % 1000:03d}Z","datacontenttype":{ctype}'
-            f'{where[1]}{r.offset},"ferryattempt":{attempt}'
-        )
-        if r.key is not None:
-            text += f',"partitionkey":"{self._key(r.key)}"'
+        key = "" if r.key is None else f',"partitionkey":"{self._key(r.key)}"'
         value = r.value
         if value is None:
-            return (text + extra + "}").encode()
-        if json_type and is_json(value):
-            return (text + extra + ',"data":').encode() + value + b"}"
-        return (text + extra + ',"data_base64":"').encode() + base64.b64encode(value) + b'"}'
+            data = ""
+        elif json_type and is_json(value):
+            data = ',"data":' + value.decode()  # valid UTF-8: is_json checked it
+        else:
+            data = ',"data_base64":"' + base64.b64encode(value).decode() + '"'
+        return (
+            f'{where[0]}{offset}","time":"{self._second_text}.{ms % 1000:03d}Z","datacontenttype":{ctype}'
+            f'{where[1]}{offset},"ferryattempt":{attempt}{key}{extra}{data}}}'
+        )
 
     @staticmethod
     def _headers(headers: Sequence[tuple[str, bytes | None]]) -> tuple[bytes | None, str]:
@@ -185,7 +188,8 @@ class EventEncoder:
 
 
 def encode_batch(encoder: EventEncoder, records: Sequence[Record], attempts: Sequence[int]) -> bytes:
-    return b"[" + b",".join([encoder.event(r, a) for r, a in zip(records, attempts, strict=True)]) + b"]"
+    event = encoder.event
+    return ("[" + ",".join([event(r, a) for r, a in zip(records, attempts, strict=True)]) + "]").encode()
 
 
 def event_id(r: Record) -> str:

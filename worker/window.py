@@ -112,22 +112,23 @@ class Window(Generic[R]):
         :meth:`finish`; its lane stays busy until the last of them finishes."""
         out: list[R] = []
         room = min(max_records, self.max_in_flight - len(self._taken))
-        used = 0
+        used = count = 0
         ready, lanes, taken = self._ready, self._lanes, self._taken
-        while ready and len(out) < room:
+        while ready and count < room:
             lane = ready.popleft()
             queue = lanes[lane]
             n = 0
-            while queue and len(out) < room:
+            while queue and count < room:
                 item = queue[0]
                 s = size(item)
-                if out and used + s > max_bytes:
+                if count and used + s > max_bytes:
                     break
                 queue.popleft()
                 used += s
                 taken[item.offset] = lane
                 out.append(item)
                 n += 1
+                count += 1
             if n == 0:
                 ready.appendleft(lane)  # the batch is full by bytes; this lane starts the next one
                 break
