@@ -36,10 +36,12 @@ async def hook(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-span = [0.0, 0.0]  # receipt time of the first and of the latest batch that brought a new id
+span = [0.0, 0.0]
+posts = [0]  # receipt time of the first and of the latest batch that brought a new id
 
 
 async def batch(request: web.Request) -> web.Response:
+    posts[0] += 1
     before = len(seen)
     seen.update(ID_RE.findall(await request.read()))
     if len(seen) > before:
@@ -59,7 +61,14 @@ async def stats(_: web.Request) -> web.Response:
         return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
     return web.json_response(
-        {"count": len(seen), "p50_ms": pct(0.5), "p99_ms": pct(0.99), "first_at": span[0], "last_at": span[1]}
+        {
+            "count": len(seen),
+            "p50_ms": pct(0.5),
+            "p99_ms": pct(0.99),
+            "first_at": span[0],
+            "last_at": span[1],
+            "posts": posts[0],
+        }
     )
 
 
@@ -68,6 +77,7 @@ async def reset(request: web.Request) -> web.Response:
     seen.clear()
     lat_ms.clear()
     span[:] = [0.0, 0.0]
+    posts[0] = 0
     delay_s = float(request.query.get("delay_s", "0"))
     return web.json_response({})
 

@@ -182,11 +182,12 @@ def run_worker(tmp: Path, bootstrap: str, topic: str, ep: str, n: int, name: str
         proc.stop()
 
 
-def rate(ep: str, n: int) -> float:
-    """Records/s as the endpoint saw them: first to last receipt (excludes process start-up)."""
+def rate(ep: str, n: int) -> tuple[float, float]:
+    """Records/s as the endpoint saw them, first to last receipt (excludes process start-up), and
+    records per POST."""
     st = http("GET", f"{ep}/stats")
     assert st["count"] >= n, st
-    return n / max(1e-6, st["last_at"] - st["first_at"])
+    return n / max(1e-6, st["last_at"] - st["first_at"]), st["count"] / max(1, st["posts"])
 
 
 def encode_cost(n: int = 100_000) -> dict[str, float]:
@@ -237,7 +238,7 @@ def main() -> None:
         cpu0 = time.process_time()
         asyncio.run(naive_batched(bootstrap, "bench", a.partitions, f"{ep}/batch", a.records, a.batch, a.requests))
         naive_cpu = time.process_time() - cpu0
-        naive_rate = rate(ep, a.records)
+        naive_rate, naive_per_post = rate(ep, a.records)
 
         http("POST", f"{ep}/reset")
         sub = {
@@ -247,13 +248,14 @@ def main() -> None:
             "batch": {"max_records": a.batch},
         }
         ferry_cpu, ferry_rss = run_worker(tmp, bootstrap, "bench", ep, a.records, "bench-batch", sub)
-        ferry_rate = rate(ep, a.records)
+        ferry_rate, ferry_per_post = rate(ep, a.records)
 
         print()
         print(f"{'':44} {'records/s':>10} {'records/CPU-s':>14}")
         print(f"{f'naive batched loop ({a.batch}/POST, baseline)':44} {naive_rate:10.0f} {a.records / naive_cpu:14.0f}")
         label = f"ferry worker, batch mode ({a.batch}/POST), {a.ordering}"
         print(f"{label:44} {ferry_rate:10.0f} {a.records / ferry_cpu:14.0f}")
+        print(f"records per POST: naive {naive_per_post:.1f}, ferry {ferry_per_post:.1f}")
         print(
             f"ratio ferry/naive: {ferry_rate / naive_rate:.2f}x records/s, {naive_cpu / ferry_cpu:.2f}x records/CPU-s"
         )
