@@ -1,16 +1,20 @@
 """A trivial push endpoint for benchmarks (own process): acknowledges, counts distinct records, and
-measures record-timestamp → receipt latency from ``ce-time`` (or ``x-ts-ms`` for the baseline)."""
+measures record-timestamp → receipt latency from ``ce-time`` (or ``x-ts-ms`` for the baseline).
+``/batch`` takes a JSON array of events (CloudEvents batches, or the batched baseline's) and
+counts the distinct ``"id"`` values inside, without parsing the rest."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 import time
 from datetime import datetime
 
 from aiohttp import web
 
-seen: set[str] = set()
+seen: set[str | bytes] = set()
+ID_RE = re.compile(rb'"id":"([^"]*)"')
 lat_ms: list[float] = []
 delay_s = 0.0
 
@@ -32,19 +36,48 @@ async def hook(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+span = [0.0, 0.0]
+posts = [0]  # receipt time of the first and of the latest batch that brought a new id
+
+
+async def batch(request: web.Request) -> web.Response:
+    posts[0] += 1
+    before = len(seen)
+    seen.update(ID_RE.findall(await request.read()))
+    if len(seen) > before:
+        now = time.time()
+        if not before:
+            span[0] = now
+        span[1] = now
+    if delay_s:
+        await asyncio.sleep(delay_s)
+    return web.Response(status=200)
+
+
 async def stats(_: web.Request) -> web.Response:
     xs = sorted(lat_ms)
 
     def pct(q: float) -> float:
         return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
-    return web.json_response({"count": len(seen), "p50_ms": pct(0.5), "p99_ms": pct(0.99)})
+    return web.json_response(
+        {
+            "count": len(seen),
+            "p50_ms": pct(0.5),
+            "p99_ms": pct(0.99),
+            "first_at": span[0],
+            "last_at": span[1],
+            "posts": posts[0],
+        }
+    )
 
 
 async def reset(request: web.Request) -> web.Response:
     global delay_s
     seen.clear()
     lat_ms.clear()
+    span[:] = [0.0, 0.0]
+    posts[0] = 0
     delay_s = float(request.query.get("delay_s", "0"))
     return web.json_response({})
 
@@ -52,6 +85,7 @@ async def reset(request: web.Request) -> web.Response:
 def main() -> None:
     app = web.Application()
     app.router.add_post("/hook", hook)
+    app.router.add_post("/batch", batch)
     app.router.add_get("/stats", stats)
     app.router.add_post("/reset", reset)
     web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=None, print=None)

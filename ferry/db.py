@@ -68,12 +68,23 @@ class SubscriptionRow(Base):
     dead_letter_topic: Mapped[str] = mapped_column(sa.String(249))
     start_from: Mapped[str] = mapped_column(sa.String(16))
     state: Mapped[str] = mapped_column(sa.String(16))
+    # Batch push mode; all three null = one record per POST.
+    batch_max_records: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    batch_max_bytes: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    batch_linger_ms: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
     # Bumped on every change; lets the coordinator and the UI see that a document moved on.
     version: Mapped[int] = mapped_column(sa.Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
 
     def to_subscription(self) -> Subscription:
+        batch = None
+        if self.batch_max_records is not None:
+            batch = {
+                "max_records": self.batch_max_records,
+                "max_bytes": self.batch_max_bytes,
+                "linger_ms": self.batch_linger_ms,
+            }
         return from_trusted(
             {
                 "name": self.name,
@@ -93,6 +104,7 @@ class SubscriptionRow(Base):
                 "dead_letter_topic": self.dead_letter_topic,
                 "start_from": self.start_from,
                 "state": self.state,
+                "batch": batch,
             }
         )
 
@@ -111,6 +123,10 @@ class SubscriptionRow(Base):
         self.dead_letter_topic = sub.dead_letter_topic
         self.start_from = sub.start_from
         self.state = sub.state
+        b = sub.batch
+        self.batch_max_records = b.max_records if b else None
+        self.batch_max_bytes = b.max_bytes if b else None
+        self.batch_linger_ms = b.linger_ms if b else None
 
 
 class ApiToken(Base):

@@ -57,6 +57,21 @@ class RetryPolicySpec:
 
 
 @dataclass(frozen=True)
+class BatchSpec:
+    """Batch push mode: up to ``max_records`` records or ``max_bytes`` of body per POST."""
+
+    max_records: int = 100
+    max_bytes: int = 1_048_576
+    linger_ms: int = 0
+
+
+BATCH_MAX_RECORDS = 10_000
+BATCH_MIN_BYTES = 1024
+BATCH_MAX_BYTES = 64 * 1024 * 1024
+BATCH_MAX_LINGER_MS = 60_000
+
+
+@dataclass(frozen=True)
 class Subscription:
     name: str
     topics: tuple[str, ...]
@@ -67,6 +82,8 @@ class Subscription:
     dead_letter_topic: str = ""
     start_from: str = "earliest"
     state: str = "active"
+    batch: BatchSpec | None = None
+    """None: one record per POST (binary mode); else batch push mode."""
 
     @property
     def retry_topic(self) -> str:
@@ -79,8 +96,9 @@ class Subscription:
         return f"ferry.{self.name}"
 
     def to_doc(self, *, mask_secrets: bool = True) -> dict[str, Any]:
+        """The document; ``batch`` appears only when set, so single-record documents stay as they were."""
         headers = {k: (MASK if mask_secrets else v) for k, v in self.endpoint.headers.items()}
-        return {
+        doc: dict[str, Any] = {
             "name": self.name,
             "topics": list(self.topics),
             "endpoint": {"url": self.endpoint.url, "timeout_ms": self.endpoint.timeout_ms, "headers": headers},
@@ -95,13 +113,28 @@ class Subscription:
             "start_from": self.start_from,
             "state": self.state,
         }
+        if self.batch is not None:
+            b = self.batch
+            doc["batch"] = {"max_records": b.max_records, "max_bytes": b.max_bytes, "linger_ms": b.linger_ms}
+        return doc
 
     def with_state(self, state: str) -> Subscription:
         return replace(self, state=state)
 
 
 _TOP_FIELDS = frozenset(
-    {"name", "topics", "endpoint", "ordering", "max_in_flight", "retry", "dead_letter_topic", "start_from", "state"}
+    {
+        "name",
+        "topics",
+        "endpoint",
+        "ordering",
+        "max_in_flight",
+        "retry",
+        "dead_letter_topic",
+        "start_from",
+        "state",
+        "batch",
+    }
 )
 
 
@@ -182,6 +215,19 @@ def _headers(value: Any, previous: Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
+def _batch(value: Any) -> BatchSpec | None:
+    """``batch``: absent or null is single-record mode; an object (even ``{}``) turns batching on."""
+    if value is None:
+        return None
+    b = _obj(value, "batch")
+    _no_extra(b, frozenset({"max_records", "max_bytes", "linger_ms"}), "batch.")
+    return BatchSpec(
+        max_records=_int_in(b, "max_records", "batch.max_records", 100, 1, BATCH_MAX_RECORDS),
+        max_bytes=_int_in(b, "max_bytes", "batch.max_bytes", 1_048_576, BATCH_MIN_BYTES, BATCH_MAX_BYTES),
+        linger_ms=_int_in(b, "linger_ms", "batch.linger_ms", 0, 0, BATCH_MAX_LINGER_MS),
+    )
+
+
 def parse(doc: Any, *, previous: Subscription | None = None) -> Subscription:
     """Validate a subscription document and fill the defaults.
 
@@ -219,6 +265,7 @@ def parse(doc: Any, *, previous: Subscription | None = None) -> Subscription:
     if retry.max_backoff_ms < retry.initial_backoff_ms:
         raise ValidationError("retry.max_backoff_ms", "must be >= retry.initial_backoff_ms")
 
+    batch = _batch(doc.get("batch"))
     dlq = doc.get("dead_letter_topic", f"{name}.dlq")
     dlq = _topic(dlq, "dead_letter_topic")
     if dlq in parsed_topics:
@@ -233,6 +280,7 @@ def parse(doc: Any, *, previous: Subscription | None = None) -> Subscription:
         dead_letter_topic=dlq,
         start_from=_choice(doc, "start_from", "earliest", STARTS),
         state=_choice(doc, "state", "active", STATES),
+        batch=batch,
     )
 
 

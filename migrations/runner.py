@@ -37,12 +37,12 @@ def _safe(url: str) -> str:
     return sa.engine.make_url(url).render_as_string(hide_password=True)
 
 
-def upgrade(url: str) -> None:
-    """Apply every migration up to head. Idempotent: at head it does nothing."""
+def upgrade(url: str, revision: str = "head") -> None:
+    """Apply every migration up to ``revision`` (head). Idempotent: at head it does nothing."""
     make_engine(url).dispose()  # validates the URL with a clear error first
     _log.info("migrate.start", db=_safe(url))
     try:
-        command.upgrade(_config(url), "head")
+        command.upgrade(_config(url), revision)
     except sa.exc.OperationalError as exc:
         raise MigrationError(
             f"cannot reach the database at {_safe(url)}: {exc.orig}; check FERRY_DB_URL and that the server is up"

@@ -236,6 +236,18 @@ DOCUMENT: dict[str, Any] = {
                     "max_backoff_ms": {"type": "integer", "minimum": 1, "default": 30000},
                 },
             },
+            "Batch": {
+                "type": "object",
+                "nullable": True,
+                "additionalProperties": False,
+                "description": "batch push mode (docs/delivery.md): up to max_records records or max_bytes per POST "
+                "as application/cloudevents-batch+json; absent or null: one record per POST",
+                "properties": {
+                    "max_records": {"type": "integer", "minimum": 1, "maximum": 10000, "default": 100},
+                    "max_bytes": {"type": "integer", "minimum": 1024, "maximum": 67108864, "default": 1048576},
+                    "linger_ms": {"type": "integer", "minimum": 0, "maximum": 60000, "default": 0},
+                },
+            },
             "SubscriptionInput": {
                 "type": "object",
                 "required": ["name", "topics", "endpoint"],
@@ -250,6 +262,7 @@ DOCUMENT: dict[str, Any] = {
                     "dead_letter_topic": TOPIC,
                     "start_from": {"type": "string", "enum": ["earliest", "latest"], "default": "earliest"},
                     "state": {"type": "string", "enum": ["active", "paused"], "default": "active"},
+                    "batch": {"$ref": "#/components/schemas/Batch"},
                 },
             },
             "Subscription": {"allOf": [{"$ref": "#/components/schemas/SubscriptionInput"}]},

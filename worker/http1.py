@@ -10,7 +10,9 @@ request machinery was ~60 % of the worker's time). This client does only what pu
   are cached ``dns_ttl_s``, so a changed DNS answer is checked again within seconds;
 - a request resolves as soon as the status line and headers arrived: an endpoint that never
   finishes its body cannot hold an acknowledged push hostage (that connection is dropped
-  instead of reused); 1xx interim answers are skipped; redirects are returned, never followed;
+  instead of reused); a batch push (``read_body`` > 0) waits for the whole answer body instead,
+  keeping at most ``read_body`` bytes of it (``Answer.truncated`` says when more came); 1xx
+  interim answers are skipped; redirects are returned, never followed;
 - at most ``MAX_HEAD_BYTES`` may arrive before the final status and headers (1xx answers
   included), so a huge or endless header block costs bounded memory and fails fast;
 - a kept-alive connection that turns out closed before any answer byte (the endpoint closed it
@@ -45,6 +47,8 @@ class PushError(FerryError):
 class Answer:
     status: int
     retry_after: str | None
+    body: bytes = b""
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,10 @@ class _Conn(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.waiter: asyncio.Future[Answer] | None = None
         self.retry_after: str | None = None
+        self.read_body = 0
+        self.status = 0  # of the answer being read, once its headers are in
+        self.body: list[bytes] = []
+        self.body_size = 0
         self.complete = True
         self.keep_alive = True
         self.closed = False
@@ -101,7 +109,7 @@ class _Conn(asyncio.Protocol):
             self._fail(PushError("endpoint answered with a protocol upgrade"))
             self.close()
             return
-        if self.waiter is not None and not self.waiter.done():
+        if not self.status and self.waiter is not None and not self.waiter.done():
             self.head_bytes += len(data)
             if self.head_bytes > MAX_HEAD_BYTES:
                 self._fail(PushError(f"answer headers (1xx answers included) exceed {MAX_HEAD_BYTES} bytes"))
@@ -109,12 +117,19 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.read_body and exc is None and self.status and self.waiter is not None and not self.waiter.done():
+            # A body delimited by the connection's end (no Content-Length): the close completes it.
+            body = b"".join(self.body)
+            self.waiter.set_result(Answer(self.status, self.retry_after, body, self.body_size > len(body)))
         self._fail(PushError(f"connection closed by the endpoint{f': {exc}' if exc else ''}"))
 
     # httptools callbacks
     def on_message_begin(self) -> None:
         self.retry_after = None
+        self.status = 0
         self.complete = False
+        self.body = []
+        self.body_size = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower() == b"retry-after":
@@ -125,6 +140,9 @@ class _Conn(asyncio.Protocol):
         if 100 <= status < 200:
             return  # interim answer; the real one follows
         self.keep_alive = self.parser.should_keep_alive()
+        self.status = status
+        if self.read_body:
+            return  # resolved in on_message_complete, with the body
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_result(Answer(status, self.retry_after))
 
@@ -132,14 +150,26 @@ class _Conn(asyncio.Protocol):
         if 100 <= self.parser.get_status_code() < 200:
             return
         self.complete = True
+        if self.read_body and self.waiter is not None and not self.waiter.done():
+            status = self.parser.get_status_code()
+            body = b"".join(self.body)
+            self.waiter.set_result(Answer(status, self.retry_after, body, self.body_size > len(body)))
+
+    def on_body(self, data: bytes) -> None:
+        if self.read_body:
+            keep = self.read_body - min(self.body_size, self.read_body)
+            if keep > 0:
+                self.body.append(data[:keep])
+            self.body_size += len(data)
 
     # use
     def _fail(self, exc: Exception) -> None:
         if self.waiter is not None and not self.waiter.done():
             self.waiter.set_exception(exc)
 
-    def send(self, data: bytes) -> asyncio.Future[Answer]:
+    def send(self, data: bytes, read_body: int = 0) -> asyncio.Future[Answer]:
         assert self.transport is not None
+        self.read_body = read_body
         self.waiter = asyncio.get_running_loop().create_future()
         self.complete = False
         self.head_bytes = 0
@@ -186,7 +216,9 @@ class Http1Pool:
             t = self._targets[url] = Target.parse(url)
         return t
 
-    async def post(self, url: str, headers: dict[str, str], body: bytes, timeout_s: float) -> Answer:
+    async def post(
+        self, url: str, headers: dict[str, str], body: bytes, timeout_s: float, read_body: int = 0
+    ) -> Answer:
         t = self.target(url)
         origin = self._origins.get((t.scheme, t.host, t.port))
         if origin is None:
@@ -209,7 +241,7 @@ class Http1Pool:
                     conn = self._idle(origin)
                     if conn is not None:
                         try:
-                            return self._checkin(origin, conn, await conn.send(request))
+                            return self._checkin(origin, conn, await conn.send(request, read_body))
                         except PushError:
                             conn.close()
                             if conn.answered_bytes:  # the endpoint had started to answer: a real failure
@@ -220,7 +252,7 @@ class Http1Pool:
                             raise
                     conn = await self._connect(origin, t)
                     try:
-                        return self._checkin(origin, conn, await conn.send(request))
+                        return self._checkin(origin, conn, await conn.send(request, read_body))
                     except BaseException:
                         conn.close()
                         raise

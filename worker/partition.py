@@ -3,7 +3,9 @@
 Use case: everything a worker does for one (subscription, topic, partition) between acquiring
 and releasing it. Each dispatchable record gets its own delivery task that pushes, waits out
 retries (holding only its own key), dead-letters if it must, and then acknowledges into the
-merge. Records already acknowledged before a restore are skipped, never pushed again.
+merge. Records already acknowledged before a restore are skipped, never pushed again. In batch
+push mode (``sub.batch`` set) a :class:`worker.batch_delivery.BatchDispatcher` takes batches
+from the same window instead, one task per batch.
 
 States: running → (paused: subscription paused, nothing new starts) → closing (release: no new
 pushes, in-flight ones get the drain timeout) → closed. ``fence()`` jumps straight to closed,
@@ -14,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from ferry import log
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
+from worker.batch_delivery import BatchDispatcher
 from worker.deadletter import DeadLetterSink
 from worker.metrics import WorkerMetrics
 from worker.offset_merge import OffsetMerge
@@ -116,26 +119,33 @@ class PartitionRunner:
         self._m_retried = m.retried.labels(sub.name)
         self._m_dead = m.dead_lettered.labels(sub.name)
         self._m_latency = m.push_latency.labels(sub.name)
+        self._batches: BatchDispatcher | None = BatchDispatcher(self, sub.batch) if sub.batch else None
 
     # --- input ---------------------------------------------------------------------------
 
     def feed(self, records: list[Record], high_watermark: int | None, eof: int | None) -> None:
         if self.closing:
             return
+        # Locals: this loop runs for every fetched record.
+        merge, next_offset, add = self.merge, self.next_offset, self.window.add
+        added = 0
         for r in records:
-            if self.next_offset is not None and r.offset < self.next_offset:
+            offset = r.offset
+            if next_offset is not None and offset < next_offset:
                 continue  # fetched before a re-seek: already seen
-            if self.merge is None:
-                self.merge = OffsetMerge(r.offset)
-            elif self.next_offset is not None and r.offset > self.next_offset:
+            if merge is None:
+                merge = self.merge = OffsetMerge(offset)
+            elif next_offset is not None and offset > next_offset:
                 # Offsets the log does not hold (compaction, transaction markers): nothing to deliver.
-                self.merge.ack_range(self.next_offset, r.offset)
+                merge.ack_range(next_offset, offset)
                 self.dirty = True
-            self.next_offset = r.offset + 1
-            if self.merge.is_acked(r.offset):
+            next_offset = offset + 1
+            if merge.is_acked(offset):
                 continue
-            self.window.add(r)
-            self.buffered_bytes += r.size
+            add(r)
+            added += r.size
+        self.next_offset = next_offset
+        self.buffered_bytes += added
         if eof is not None:
             if self.merge is None:
                 self.merge = OffsetMerge(eof)
@@ -154,16 +164,25 @@ class PartitionRunner:
         self.policy = RetryPolicy(sub.retry)
         if (sub.ordering, sub.max_in_flight) != (self.window.ordering, self.window.max_in_flight):
             self.window.reconfigure(sub.ordering, sub.max_in_flight)
+        if sub.batch is None:
+            if self._batches is not None:
+                self._batches.close()
+            self._batches = None
+        elif self._batches is None:
+            self._batches = BatchDispatcher(self, sub.batch)
+        else:
+            self._batches.reconfigure(sub.batch)
         self.pump()
 
     # --- dispatch ------------------------------------------------------------------------
 
     def pump(self) -> None:
         if not self.closing and self.sub.state == "active":
-            for record in self.window.take():
-                task = asyncio.create_task(self._deliver(record))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            if self._batches is not None:
+                self._batches.pump()
+            else:
+                for record in self.window.take():
+                    self.start_task(self._deliver(record))
         full = self.window.pending >= self._ctx.prefetch_records or self.buffered_bytes >= self._ctx.prefetch_bytes
         if full and not self._fetch_paused:
             self._fetch_paused = True
@@ -171,6 +190,11 @@ class PartitionRunner:
         elif self._fetch_paused and not full and self.window.pending <= self._ctx.prefetch_records // 2:
             self._fetch_paused = False
             self._resume_fetch()
+
+    def start_task(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _deliver(self, record: Record) -> None:
         lease = self._ctx.lease
@@ -239,6 +263,35 @@ class PartitionRunner:
             self._m_delivered.inc()
         self.pump()
 
+    def acknowledged_many(self, records: list[Record], dead: bool) -> None:
+        """A batch's settled records (acknowledged or dead-lettered), in offset order: one pass, one pump."""
+        assert self.merge is not None
+        finish = self.window.finish
+        size = 0
+        # Records come in offset order (a batch is taken so): acknowledge contiguous runs at once.
+        lo = hi = -1
+        for record in records:
+            offset = record.offset
+            if offset != hi:
+                if hi > lo:
+                    self.merge.ack_range(lo, hi)
+                lo = offset
+            hi = offset + 1
+            finish(record)
+            size += record.size
+        if hi > lo:
+            self.merge.ack_range(lo, hi)
+        self.buffered_bytes -= size
+        self.dirty = True
+        n = len(records)
+        if dead:
+            self.dead_lettered += n
+            self._m_dead.inc(n)
+        else:
+            self.delivered += n
+            self._m_delivered.inc(n)
+        self.pump()
+
     # --- state and shutdown --------------------------------------------------------------
 
     def state(self) -> OffsetState | None:
@@ -257,6 +310,8 @@ class PartitionRunner:
         (they stay unacknowledged and the next owner delivers them)."""
         self.closing = True
         self.window.clear()
+        if self._batches is not None:
+            self._batches.close()
         if self._tasks:
             _, still = await asyncio.wait(set(self._tasks), timeout=drain_timeout_s)
             if still:
@@ -266,6 +321,8 @@ class PartitionRunner:
     async def fence(self) -> None:
         self.closing = True
         self.window.clear()
+        if self._batches is not None:
+            self._batches.close()
         await self._cancel(set(self._tasks))
 
     @staticmethod

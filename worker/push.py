@@ -20,6 +20,7 @@ from worker.http1 import Http1Pool, PushError
 
 _log = log.get_logger(__name__)
 CE_TYPE = "dev.ferry.kafka.record"
+BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 # Record headers Ferry never forwards: its own, hop-by-hop, and ones that would change the request.
 _NOT_FORWARDED = RESERVED_HEADERS | {"content-type", "expect", "upgrade", "te", "trailer", "keep-alive"}
@@ -128,3 +129,30 @@ class PushClient:
             _log.error("push.client_failed", subscription=sub.name, error=type(exc).__name__, exc_info=True)
             return PushResult(None, error=f"push failed: {type(exc).__name__}")
         return PushResult(answer.status, retry_after=answer.retry_after)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPushResult:
+    """The answer to one batch POST: status and body (read up to a limit), or why none came."""
+
+    status: int | None
+    retry_after: str | None = None
+    body: bytes = b""
+    truncated: bool = False
+    error: str | None = None
+
+
+async def push_batch(client: PushClient, sub: Subscription, body: bytes, read_body: int) -> BatchPushResult:
+    """POST one CloudEvents batch (body built by :mod:`worker.batch`) and read the answer body."""
+    headers = {"Content-Type": BATCH_CONTENT_TYPE}
+    if sub.endpoint.headers:
+        headers.update(sub.endpoint.headers)
+    try:
+        answer = await client._pool.post(
+            sub.endpoint.url, headers, body, sub.endpoint.timeout_ms / 1000, read_body=read_body
+        )
+    except EndpointRefused as exc:
+        return BatchPushResult(None, error=f"refused: {exc}")
+    except PushError as exc:
+        return BatchPushResult(None, error=str(exc))
+    return BatchPushResult(answer.status, answer.retry_after, answer.body, answer.truncated)

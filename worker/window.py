@@ -10,6 +10,11 @@ null-keyed records no order), the one partition lane (``partition``), or itself 
 A lane is busy while one of its records is in flight. Ready lanes are served first come first
 served. Pure: no I/O, no clock.
 
+Batch push mode takes *batches* (:meth:`take_batch`): a lane gives a batch every record it has
+queued, in offset order, within the batch's limits, and stays busy until all of them finish; so
+with ``key`` a batch may carry several records of one key (array order = offset order) and the
+next records of that key wait for the whole group.
+
 States of a record: pending (in its lane's queue) → in flight (taken) → finished (acked or
 dead-lettered). :meth:`clear` drops every pending record (release, fence).
 """
@@ -17,7 +22,7 @@ dead-lettered). :meth:`clear` drops every pending record (release, fence).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 ORDERINGS = ("key", "partition", "none")
@@ -32,6 +37,12 @@ class HasOffset(Protocol):
 
 
 R = TypeVar("R", bound=HasOffset)
+
+
+def _offset(item: HasOffset) -> int:
+    return item.offset
+
+
 _PARTITION_LANE = ("partition",)
 
 
@@ -45,7 +56,8 @@ class Window(Generic[R]):
         self.max_in_flight = max_in_flight
         self._lanes: dict[Hashable, deque[R]] = {}
         self._ready: deque[Hashable] = deque()
-        self._busy: set[Hashable] = set()
+        # Lane -> how many of its records are in flight (more than one only in batch mode).
+        self._busy: dict[Hashable, int] = {}
         # The lane each in-flight record was taken under (it may differ after a reconfigure).
         self._taken: dict[int, Hashable] = {}
         self.pending = 0
@@ -87,10 +99,47 @@ class Window(Generic[R]):
             item = queue.popleft()
             if not queue:
                 del self._lanes[lane]
-            self._busy.add(lane)
+            self._busy[lane] = 1
             self._taken[item.offset] = lane
             self.pending -= 1
             out.append(item)
+        return out
+
+    def take_batch(self, max_records: int, max_bytes: int, size: Callable[[R], int]) -> list[R]:
+        """One batch that may start now, in offset order: whole runs of ready lanes until
+        ``max_records``, ``max_bytes`` (by ``size``) or ``max_in_flight`` is reached. A record larger
+        than ``max_bytes`` goes alone. Empty when nothing is ready. Every record is in flight until
+        :meth:`finish`; its lane stays busy until the last of them finishes."""
+        out: list[R] = []
+        room = min(max_records, self.max_in_flight - len(self._taken))
+        used = count = 0
+        ready, lanes, taken = self._ready, self._lanes, self._taken
+        while ready and count < room:
+            lane = ready.popleft()
+            queue = lanes[lane]
+            n = 0
+            while queue and count < room:
+                item = queue[0]
+                s = size(item)
+                if count and used + s > max_bytes:
+                    break
+                queue.popleft()
+                used += s
+                taken[item.offset] = lane
+                out.append(item)
+                n += 1
+                count += 1
+            if n == 0:
+                ready.appendleft(lane)  # the batch is full by bytes; this lane starts the next one
+                break
+            self._busy[lane] = n
+            self.pending -= n
+            if queue:
+                break  # partly taken: the rest waits until these finish (finish() makes it ready again)
+            del lanes[lane]
+        if len(out) > 1:
+            # Offset order overall (so per lane too): the acks then come back as contiguous runs.
+            out.sort(key=_offset)
         return out
 
     def finish(self, item: R) -> None:
@@ -98,7 +147,11 @@ class Window(Generic[R]):
         lane = self._taken.pop(item.offset, None)
         if lane is None:
             return
-        self._busy.discard(lane)
+        left = self._busy.get(lane, 1) - 1
+        if left > 0:
+            self._busy[lane] = left
+            return
+        self._busy.pop(lane, None)
         if lane in self._lanes:
             self._ready.append(lane)
 

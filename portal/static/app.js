@@ -100,6 +100,9 @@ const FIELDS = [
   ["retry.max_backoff_ms", "Max backoff (ms)", "number", ""],
   ["dead_letter_topic", "Dead-letter topic", "text", "default <name>.dlq"],
   ["start_from", "Start from", "select:earliest,latest", "where a new subscription starts"],
+  ["batch.max_records", "Batch: max records per POST", "number", "empty: one record per POST; set: CloudEvents batches"],
+  ["batch.max_bytes", "Batch: max bytes per POST", "number", "default 1048576"],
+  ["batch.linger_ms", "Batch: linger (ms)", "number", "wait this long for a full batch; default 0"],
 ];
 function get(doc, path) { return path.split(".").reduce((o, k) => (o ? o[k] : undefined), doc); }
 function put(doc, path, value) {
@@ -132,7 +135,11 @@ async function edit(name) {
     for (const p in errors) { errors[p].textContent = ""; inputs[p].removeAttribute("aria-invalid"); }
     general.textContent = "";
     const doc = existing ? JSON.parse(JSON.stringify(existing)) : {};
+    // Batch mode is on exactly when max records is filled in.
+    const batched = inputs["batch.max_records"].value.trim() !== "";
+    doc.batch = batched ? {} : null;
     for (const [path, , type] of FIELDS) {
+      if (path.startsWith("batch.") && !batched) continue;
       let v = inputs[path].value.trim();
       if (v === "" && path !== "endpoint.headers") continue;
       if (path === "topics") v = v.split(",").map((t) => t.trim()).filter(Boolean);
@@ -211,7 +218,7 @@ async function show(name) {
   };
   main.append(
     el("div", { class: "toolbar" }, el("h1", {}, sub.name, " ", state)),
-    el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight`),
+    el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight` + (sub.batch ? ` · batches of up to ${sub.batch.max_records} records` : "")),
     el("div", { class: "actions" },
       act("Pause", "", async () => { await api("POST", path + "/pause"); toast("Paused"); refresh(); }),
       act("Resume", "", async () => { await api("POST", path + "/resume"); toast("Resumed"); refresh(); }),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_upgrade_is_idempotent_and_matches_models(db_url: str) -> None:
     runner.upgrade(db_url)
     runner.upgrade(db_url)
-    assert runner.current(db_url) == "0001"
+    assert runner.current(db_url) == "0002"
     runner.check(db_url)  # alembic check: autogenerate finds no drift
     engine = db.make_engine(db_url)
     try:
@@ -50,6 +52,7 @@ def test_models_round_trip_every_subscription_field(db_url: str) -> None:
             "dead_letter_topic": "billing.dlq",
             "start_from": "latest",
             "state": "paused",
+            "batch": {"max_records": 250, "max_bytes": 65536, "linger_ms": 5},
         }
     )
     try:
@@ -65,6 +68,11 @@ def test_models_round_trip_every_subscription_field(db_url: str) -> None:
             assert token.token_hash != plain and plain not in token.token_hash
             entry = db.recent_audit(s, 1)[0]
             assert entry.detail["endpoint"]["headers"] == {"Authorization": "***"}
+        with db.session(engine) as s:  # batch off again: back to null columns
+            row = db.get_row(s, sub.name)
+            assert row is not None and row.batch_max_records == 250
+            db.update_subscription(s, row, replace(sub, batch=None))
+        assert db.load_subscriptions(engine)[0].batch is None
     finally:
         engine.dispose()
 
@@ -76,7 +84,7 @@ def test_ferry_migrate_command(tmp_path: Path) -> None:
         [sys.executable, "-m", "ferry.cli", "migrate"], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert runner.current(url) == "0001"
+    assert runner.current(url) == "0002"
 
 
 def test_unreachable_database_is_a_clear_error() -> None:
@@ -86,3 +94,44 @@ def test_unreachable_database_is_a_clear_error() -> None:
     )
     assert done.returncode == 2
     assert "cannot reach the database" in done.stderr and "FERRY_DB_URL" in done.stderr
+
+
+@pytest.fixture()
+def empty_db_url(db_url: str) -> Iterator[str]:
+    """A database with no schema yet (the MariaDB one of the session is already migrated)."""
+    if not db_url.startswith("mysql"):
+        yield db_url
+        return
+    admin = sa.create_engine(db_url, isolation_level="AUTOCOMMIT")
+    name = f"{db_url.rsplit('/', 1)[1]}_m2"
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+    try:
+        yield f"{db_url.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE `{name}`"))
+        admin.dispose()
+
+
+def test_0002_keeps_existing_subscriptions_single_record(empty_db_url: str) -> None:
+    db_url = empty_db_url
+    runner.upgrade(db_url, "0001")
+    engine = db.make_engine(db_url)
+    try:
+        with engine.begin() as c:
+            c.execute(
+                sa.text(
+                    "INSERT INTO subscriptions (name, topics, endpoint_url, endpoint_timeout_ms, endpoint_headers,"
+                    " ordering, max_in_flight, retry_max_attempts, retry_initial_backoff_ms, retry_max_backoff_ms,"
+                    " dead_letter_topic, start_from, state, version, created_at, updated_at) VALUES ('old', '[\"t\"]',"
+                    " 'http://x/', 5000, '{}', 'key', 100, 5, 200, 30000, 'old.dlq', 'earliest', 'active', 1,"
+                    " '2026-01-01 00:00:00', '2026-01-01 00:00:00')"
+                )
+            )
+        runner.upgrade(db_url)
+        assert runner.current(db_url) == "0002"
+        (old,) = db.load_subscriptions(engine)
+        assert old.name == "old" and old.batch is None
+    finally:
+        engine.dispose()

@@ -109,6 +109,23 @@ async def test_crud_and_errors(api: TestClient) -> None:
     assert r.status == 404
 
 
+async def test_batch_option_is_accepted_returned_and_cleared(api: TestClient) -> None:
+    r = await api.post("/api/v1/subscriptions", json=sub("batch-a", batch={"max_records": 500}), headers=h(ADMIN))
+    assert r.status == 201, await r.text()
+    doc = await r.json()
+    assert doc["batch"] == {"max_records": 500, "max_bytes": 1048576, "linger_ms": 0}
+    r = await api.get("/api/v1/subscriptions/batch-a", headers=h(ADMIN))
+    assert (await r.json())["batch"] == doc["batch"]
+    for batch, field in [({"max_records": 0}, "batch.max_records"), ({"linger": 1}, "batch.linger"), (3, "batch")]:
+        r = await api.put("/api/v1/subscriptions/batch-a", json={**doc, "batch": batch}, headers=h(ADMIN))
+        assert r.status == 400 and (await r.json())["field"] == field, batch
+    r = await api.put("/api/v1/subscriptions/batch-a", json={**doc, "batch": None}, headers=h(ADMIN))
+    assert r.status == 200 and "batch" not in await r.json()  # back to one record per POST
+    r = await api.get("/api/v1/subscriptions/batch-a", headers=h(ADMIN))
+    assert "batch" not in await r.json()
+    await api.delete("/api/v1/subscriptions/batch-a", headers=h(ADMIN))
+
+
 ROUTES = [
     ("GET", "/api/v1/subscriptions", False),
     ("POST", "/api/v1/subscriptions", True),

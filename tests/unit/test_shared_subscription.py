@@ -99,3 +99,42 @@ def test_masked_header_keeps_stored_secret() -> None:
 
 def test_partition_ref_key_is_the_offsets_key() -> None:
     assert PartitionRef("s", "t.x", 3).key() == "s/t.x/3"
+
+
+@pytest.mark.parametrize(
+    ("batch", "field"),
+    [
+        ("yes", "batch"),
+        ([], "batch"),
+        ({"max_records": 0}, "batch.max_records"),
+        ({"max_records": 10_001}, "batch.max_records"),
+        ({"max_records": "100"}, "batch.max_records"),
+        ({"max_records": True}, "batch.max_records"),
+        ({"max_bytes": 1023}, "batch.max_bytes"),
+        ({"max_bytes": 64 * 1024 * 1024 + 1}, "batch.max_bytes"),
+        ({"linger_ms": -1}, "batch.linger_ms"),
+        ({"linger_ms": 60_001}, "batch.linger_ms"),
+        ({"size": 5}, "batch.size"),
+    ],
+)
+def test_invalid_batch_names_the_field(batch: Any, field: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        parse({**MINIMAL, "batch": batch})
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("batch", "expected"),
+    [
+        (None, None),
+        ({}, {"max_records": 100, "max_bytes": 1048576, "linger_ms": 0}),
+        ({"max_records": 500, "linger_ms": 5}, {"max_records": 500, "max_bytes": 1048576, "linger_ms": 5}),
+        ({"max_records": 1, "max_bytes": 1024}, {"max_records": 1, "max_bytes": 1024, "linger_ms": 0}),
+    ],
+)
+def test_batch_defaults_and_round_trip(batch: Any, expected: Any) -> None:
+    sub = parse({**MINIMAL, "batch": batch})
+    doc = sub.to_doc()
+    assert doc.get("batch") == expected
+    assert ("batch" in doc) == (expected is not None)  # single-record documents stay as they were
+    assert parse(sub.to_doc(mask_secrets=False)) == sub

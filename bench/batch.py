@@ -1,0 +1,275 @@
+"""Batch push: records/s of a naive hand-written batched loop vs the Ferry worker in batch mode, same
+records, same endpoint, one run; plus the per-record cost of building the CloudEvents batch body.
+
+Run: python3 bench/batch.py [--records 500000] [--partitions 12] [--keys 200] [--batch 100] [--ordering key]
+
+The baseline consumes with confluent-kafka, POSTs 100 records per request as a JSON array of
+``{"id", "data"}`` objects (up to ``--requests`` requests in flight), and commits the contiguous
+prefix per partition: no ordering, retries, dead letters or offsets topic. The worker runs with
+``batch.max_records`` = ``--batch`` and ``max_in_flight`` 1000. The endpoint (bench/_endpoint.py
+``/batch``) counts the distinct ids inside the batches; records/s is taken from its receipt times
+(first to last record, so process start-up is excluded). Records are 100 B JSON values with
+``content-type: application/json`` (so they travel as ``data``).
+
+records/CPU-s divides the records by the CPU seconds the baseline process / the worker process
+used meanwhile (all threads): on a shared machine it is the steadier figure. The worker's CPU is
+also shown per thread (main event loop, fetch thread, librdkafka). FERRY_BENCH_PROFILE=DIR writes
+a cProfile of the worker. Compare the rows of one run, not runs with each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import aiohttp
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.delivery import PROFILE_DIR, http, rss_mb
+from ferry import embedded
+from worker.batch import EventEncoder
+from worker.push import Record
+
+VALUE = json.dumps({"order": 12345, "customer": "c-000042", "amount": 99.5, "note": "x" * 32}).encode()
+assert len(VALUE) == 100
+JSON_HEADERS = [("content-type", b"application/json")]
+
+
+def produce(bootstrap: str, topic: str, partitions: int, n: int, keys: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    for i in range(n):
+        k = i % keys
+        while True:
+            try:
+                p.produce(topic, key=f"k{k}".encode(), value=VALUE, partition=k % partitions, headers=JSON_HEADERS)
+                break
+            except BufferError:
+                p.poll(0.05)
+    p.flush(60)
+
+
+async def naive_batched(
+    bootstrap: str, topic: str, partitions: int, url: str, total: int, per_post: int, requests: int
+) -> float:
+    """Consume → POST ``per_post`` records per request as a JSON array → commit the prefix. Seconds taken."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "naive-batch",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 10,
+            "fetch.queue.backoff.ms": 10,
+            "enable.partition.eof": False,
+        }
+    )
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    sem = asyncio.Semaphore(requests)
+    done = 0
+    acked: dict[int, set[int]] = {p: set() for p in range(partitions)}
+    committed = dict.fromkeys(range(partitions), 0)
+    loop = asyncio.get_running_loop()
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=requests)) as session:
+
+        async def post(chunk: list[tuple[int, int, bytes]]) -> None:
+            nonlocal done
+            body = b"[" + b",".join(b'{"id":"%d/%d","data":%s}' % (p, o, v) for p, o, v in chunk) + b"]"
+            try:
+                async with session.post(url, data=body, headers=headers) as r:
+                    await r.read()
+            finally:
+                sem.release()
+            for p, o, _ in chunk:
+                acked[p].add(o)
+            for p in {p for p, _, _ in chunk}:
+                while committed[p] in acked[p]:
+                    acked[p].discard(committed[p])
+                    committed[p] += 1
+            done += len(chunk)
+
+        started = time.monotonic()
+        tasks: set[asyncio.Task[None]] = set()
+        last_commit = started
+        pending: list[tuple[int, int, bytes]] = []
+        while done < total:
+            msgs = await loop.run_in_executor(None, c.consume, 500, 0.05)
+            for m in msgs:
+                if m.error() is not None and m.error().code() != KafkaError._PARTITION_EOF:
+                    continue
+                pending.append((m.partition(), m.offset(), m.value()))
+            while pending and (len(pending) >= per_post or not msgs):
+                chunk, pending = pending[:per_post], pending[per_post:]
+                await sem.acquire()
+                t = asyncio.create_task(post(chunk))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+            if time.monotonic() - last_commit > 0.5:
+                c.commit(offsets=[TopicPartition(topic, p, o) for p, o in committed.items()], asynchronous=True)
+                last_commit = time.monotonic()
+            if not msgs:
+                await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+        elapsed = time.monotonic() - started
+    c.close()
+    return elapsed
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its threads so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_worker(tmp: Path, bootstrap: str, topic: str, ep: str, n: int, name: str, sub: dict) -> tuple[float, float]:  # type: ignore[type-arg]
+    """A static worker for ``topic`` until the endpoint counted ``n``: (CPU seconds from the first
+    record to the last, peak RSS MB). The records/s figure comes from the endpoint's receipt times."""
+    assignment = tmp / f"{name}.json"
+    assignment.write_text(json.dumps({"subscriptions": [{"name": name, "topics": [topic], **sub}]}))
+    port = embedded.free_port()
+    profile = ["-m", "cProfile", "-o", f"{PROFILE_DIR}/{name}.prof"] if PROFILE_DIR else []
+    proc = embedded.ServiceProcess(
+        name,
+        [sys.executable, *profile, "-m", "ferry.cli", "worker", "--assignment", str(assignment)],
+        port,
+        tmp / f"{name}.log",
+        env={
+            "FERRY_KAFKA_BOOTSTRAP": bootstrap,
+            "FERRY_WORKER_METRICS_PORT": str(port),
+            "FERRY_OFFSETS_TOPIC": f"__bench_{name}",
+            "FERRY_LOG_LEVEL": "WARNING",
+        },
+    ).start()
+    assert proc.proc is not None
+    pid = proc.proc.pid
+    started = time.monotonic()
+    cpu_at_first: float | None = None
+    peak = 0.0
+    try:
+        while True:
+            count = http("GET", f"{ep}/stats")["count"]
+            if count and cpu_at_first is None:
+                cpu_at_first = cpu_s(pid)
+            if count >= n:
+                break
+            assert proc.alive(), proc.log_tail()
+            peak = max(peak, rss_mb(pid))
+            if time.monotonic() - started > 600:
+                raise TimeoutError("worker did not finish in 600 s")
+            time.sleep(0.02)
+        threads: dict[str, float] = {}
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            name = (
+                "librdkafka" if comm.startswith("rdk:") else "main" if task.name == str(pid) else f"{comm}-{task.name}"
+            )
+            threads[name] = threads.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        busiest = sorted(threads.items(), key=lambda kv: -kv[1])[:4]
+        print("worker CPU s by thread (whole run):", ", ".join(f"{k} {v:.1f}" for k, v in busiest))
+        return cpu_s(pid) - (cpu_at_first or 0.0), peak
+    finally:
+        proc.stop()
+
+
+def rate(ep: str, n: int) -> tuple[float, float]:
+    """Records/s as the endpoint saw them, first to last receipt (excludes process start-up), and
+    records per POST."""
+    st = http("GET", f"{ep}/stats")
+    assert st["count"] >= n, st
+    return n / max(1e-6, st["last_at"] - st["first_at"]), st["count"] / max(1, st["posts"])
+
+
+def encode_cost(n: int = 100_000) -> dict[str, float]:
+    """µs per record to build a batch event: JSON value as ``data`` vs the same bytes as ``data_base64``."""
+    enc = EventEncoder("default", "bench")
+    out = {}
+    for label, headers in (("data (JSON, parsed to check)", JSON_HEADERS), ("data_base64", [])):
+        records = [
+            Record("bench", i % 12, i, f"k{i % 200}".encode(), VALUE, headers, 1763800000000 + i) for i in range(n)
+        ]
+        started = time.perf_counter()
+        for r in records:
+            enc.event(r, 1)
+        out[label] = (time.perf_counter() - started) / n * 1e6
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--records", type=int, default=500_000)
+    ap.add_argument("--partitions", type=int, default=12)
+    ap.add_argument("--keys", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--requests", type=int, default=12, help="baseline: POSTs in flight")
+    ap.add_argument("--max-in-flight", type=int, default=1000, help="worker: records in flight per partition")
+    ap.add_argument("--ordering", default="key", choices=("key", "partition", "none"))
+    a = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="ferry-bench-"))
+    broker = embedded.kafka_broker(tmp, embedded.free_port()).start().wait_ready(30)
+    bootstrap = f"127.0.0.1:{broker.port}"
+    ep_port = embedded.free_port()
+    ep_proc = (
+        embedded.ServiceProcess(
+            "endpoint",
+            [sys.executable, str(Path(__file__).parent / "_endpoint.py"), str(ep_port)],
+            ep_port,
+            tmp / "ep.log",
+        )
+        .start()
+        .wait_ready(30)
+    )
+    ep = f"http://127.0.0.1:{ep_port}"
+    try:
+        print(f"producing {a.records:,} records ({a.keys} keys, {a.partitions} partitions, 100 B JSON)...", flush=True)
+        produce(bootstrap, "bench", a.partitions, a.records, a.keys)
+
+        http("POST", f"{ep}/reset")
+        cpu0 = time.process_time()
+        asyncio.run(naive_batched(bootstrap, "bench", a.partitions, f"{ep}/batch", a.records, a.batch, a.requests))
+        naive_cpu = time.process_time() - cpu0
+        naive_rate, naive_per_post = rate(ep, a.records)
+
+        http("POST", f"{ep}/reset")
+        sub = {
+            "ordering": a.ordering,
+            "endpoint": {"url": f"{ep}/batch"},
+            "max_in_flight": a.max_in_flight,
+            "batch": {"max_records": a.batch},
+        }
+        ferry_cpu, ferry_rss = run_worker(tmp, bootstrap, "bench", ep, a.records, "bench-batch", sub)
+        ferry_rate, ferry_per_post = rate(ep, a.records)
+
+        print()
+        print(f"{'':44} {'records/s':>10} {'records/CPU-s':>14}")
+        print(f"{f'naive batched loop ({a.batch}/POST, baseline)':44} {naive_rate:10.0f} {a.records / naive_cpu:14.0f}")
+        label = f"ferry worker, batch mode ({a.batch}/POST), {a.ordering}"
+        print(f"{label:44} {ferry_rate:10.0f} {a.records / ferry_cpu:14.0f}")
+        print(f"records per POST: naive {naive_per_post:.1f}, ferry {ferry_per_post:.1f}")
+        print(
+            f"ratio ferry/naive: {ferry_rate / naive_rate:.2f}x records/s, {naive_cpu / ferry_cpu:.2f}x records/CPU-s"
+        )
+        print(
+            f"ferry worker peak RSS {ferry_rss:.0f} MB; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+        )
+        for label, us in encode_cost().items():
+            print(f"building one event, {label}: {us:.2f} µs/record")
+        if os.environ.get("FERRY_BENCH_PROFILE"):
+            print(f"profile: {os.environ['FERRY_BENCH_PROFILE']}/bench-batch.prof")
+    finally:
+        ep_proc.stop()
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,306 @@
+"""Batch push mode, pure parts: batches from the window, the CloudEvents batch body, answers → outcomes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from ferry.subscription import RetryPolicySpec
+from worker.batch import EventEncoder, Verdict, encode_batch, event_id, interpret, is_json, settle
+from worker.push import Record
+from worker.retry import RetryPolicy
+from worker.window import Window
+
+
+@dataclass(frozen=True)
+class Rec:
+    offset: int
+    key: bytes | None
+    size: int = 10
+
+
+def recs(*keys: str | None) -> list[Rec]:
+    return [Rec(i, None if k is None else k.encode()) for i, k in enumerate(keys)]
+
+
+def offsets(items: list[Rec]) -> list[int]:
+    return [r.offset for r in items]
+
+
+def size(r: Rec) -> int:
+    return r.size
+
+
+# --- batches from the window ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ordering", "keys", "max_records", "max_in_flight", "first", "second"),
+    [
+        # key: a lane gives all it has; the batch is in offset order; the next batch cannot take a busy key.
+        ("key", ["a", "b", "a", "c", "a"], 10, 100, [0, 1, 2, 3, 4], []),
+        ("key", ["a", "b", "a", "c", "a"], 2, 100, [0, 2], [1, 3]),
+        # a partly taken lane waits (its rest comes after these finish); the next lane starts a batch.
+        ("key", ["a", "a", "a", "b"], 2, 100, [0, 1], [3]),
+        # partition: one lane, so one batch in flight per partition.
+        ("partition", ["a", "b", "c"], 2, 100, [0, 1], []),
+        # none: every record is its own lane; batches fill from any.
+        ("none", ["a", "a", "a", "a", "a"], 2, 100, [0, 1], [2, 3]),
+        # max_in_flight bounds un-acknowledged records across batches.
+        ("none", ["a", "a", "a", "a", "a"], 3, 4, [0, 1, 2], [3]),
+        # null keys are their own lanes.
+        ("key", [None, None, "a"], 10, 100, [0, 1, 2], []),
+    ],
+)
+def test_take_batch(
+    ordering: str, keys: list[str | None], max_records: int, max_in_flight: int, first: list[int], second: list[int]
+) -> None:
+    w: Window[Rec] = Window(ordering, max_in_flight)
+    for r in recs(*keys):
+        w.add(r)
+    assert offsets(w.take_batch(max_records, 10_000, size)) == first
+    assert offsets(w.take_batch(max_records, 10_000, size)) == second
+    assert w.in_flight == len(first) + len(second)
+    assert w.pending == len(keys) - w.in_flight
+
+
+def test_take_batch_by_bytes_and_oversized_record_alone() -> None:
+    w: Window[Rec] = Window("none", 100)
+    for r in [Rec(0, None, 40), Rec(1, None, 40), Rec(2, None, 500), Rec(3, None, 10)]:
+        w.add(r)
+    assert offsets(w.take_batch(100, 100, size)) == [0, 1]
+    assert offsets(w.take_batch(100, 100, size)) == [2]  # larger than max_bytes: alone
+    assert offsets(w.take_batch(100, 100, size)) == [3]
+
+
+def test_lane_stays_busy_until_its_whole_batch_finished() -> None:
+    w: Window[Rec] = Window("key", 100)
+    items = recs("a", "a", "b")
+    for r in items:
+        w.add(r)
+    assert offsets(w.take_batch(10, 10_000, size)) == [0, 1, 2]
+    w.add(Rec(3, b"a"))
+    assert w.take_batch(10, 10_000, size) == []
+    w.finish(items[0])
+    assert w.take_batch(10, 10_000, size) == []  # offset 1 of key a still in flight
+    w.finish(items[1])
+    assert offsets(w.take_batch(10, 10_000, size)) == [3]
+
+
+def test_partly_taken_lane_resumes_after_finish() -> None:
+    w: Window[Rec] = Window("key", 100)
+    items = recs("a", "a", "a")
+    for r in items:
+        w.add(r)
+    assert offsets(w.take_batch(2, 10_000, size)) == [0, 1]
+    assert w.take_batch(2, 10_000, size) == []
+    w.finish(items[0])
+    w.finish(items[1])
+    assert offsets(w.take_batch(2, 10_000, size)) == [2]
+
+
+# --- the body ---------------------------------------------------------------------------------
+
+
+def rec(offset: int = 7, key: bytes | None = b"k/1", value: bytes | None = b'{"a": [1, 2]}', **kw: Any) -> Record:
+    headers = kw.pop("headers", [("content-type", b"application/json")])
+    return Record("orders", 3, offset, key, value, headers, kw.pop("ts", 1763800000123))
+
+
+@pytest.mark.parametrize(
+    ("value", "content_type", "data"),
+    [
+        (b'{"a": [1, 2]}', b"application/json", {"a": [1, 2]}),
+        (b'"text"', b"application/cloudevents+json; charset=utf-8", "text"),
+        (b"[1,2]", b"text/json", [1, 2]),
+        (b"{not json", b"application/json", None),  # does not parse: base64
+        (b"NaN", b"application/json", None),  # not strict JSON
+        (b'{"a":1}', b"text/plain", None),  # not a JSON content type
+        (b'{"a":1}', None, None),  # no content type: application/octet-stream
+        (b"\xff\xfe{}", b"application/json", None),  # not UTF-8
+        (b"", b"application/json", None),
+    ],
+)
+def test_data_is_json_when_it_is_else_base64_byte_for_byte(value: bytes, content_type: bytes | None, data: Any) -> None:
+    headers = [("content-type", content_type)] if content_type is not None else []
+    event = json.loads(EventEncoder("c", "s").event(rec(value=value, headers=headers), 1))
+    if data is not None:
+        assert event["data"] == data
+        assert "data_base64" not in event
+    else:
+        assert base64.b64decode(event["data_base64"]) == value
+        assert "data" not in event
+    assert event["datacontenttype"] == (content_type.decode() if content_type else "application/octet-stream")
+
+
+def test_event_attributes() -> None:
+    headers = [
+        ("content-type", b"application/json"),
+        ("TraceParent", b"00-abc"),
+        ("x-request-id", b"r1"),
+        ("id", b"not the id"),
+        ("bin", b"\x00\xff"),
+        ("gone", None),
+    ]
+    event = json.loads(EventEncoder("prod", "orders-to-billing").event(rec(headers=headers), 4))
+    assert event == {
+        "specversion": "1.0",
+        "id": "orders/3/7",
+        "source": "/ferry/prod/orders-to-billing",
+        "type": "dev.ferry.kafka.record",
+        "time": "2025-11-22T08:26:40.123Z",
+        "datacontenttype": "application/json",
+        "kafkatopic": "orders",
+        "kafkapartition": 3,
+        "kafkaoffset": 7,
+        "partitionkey": "k%2F1",
+        "ferryattempt": 4,
+        "traceparent": "00-abc",
+        "bin": "%00%FF",
+        "ferryheaders": "x-request-id=r1&id=not%20the%20id",
+        "data": {"a": [1, 2]},
+    }
+
+
+def test_null_key_and_null_value() -> None:
+    event = json.loads(EventEncoder("c", "s").event(rec(key=None, value=None, headers=[]), 1))
+    assert "partitionkey" not in event
+    assert "data" not in event and "data_base64" not in event
+
+
+def test_batch_is_an_array_in_record_order_with_attempts() -> None:
+    body = encode_batch(EventEncoder("c", "s"), [rec(1), rec(2), rec(3)], [1, 2, 1])
+    events = json.loads(body)
+    assert [e["kafkaoffset"] for e in events] == [1, 2, 3]
+    assert [e["ferryattempt"] for e in events] == [1, 2, 1]
+    assert event_id(rec(9)) == "orders/3/9"
+
+
+def test_is_json() -> None:
+    assert is_json(b" {} ") and is_json(b"1") and not is_json(b"Infinity") and not is_json(b"{}x")
+
+
+# --- answers ----------------------------------------------------------------------------------
+
+IDS = ["t/0/1", "t/0/2", "t/0/3"]
+
+
+def results(*entries: Any) -> bytes:
+    return json.dumps({"results": list(entries)}).encode()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "truncated", "kind", "statuses"),
+    [
+        (200, b"", False, "statuses", (200, 200, 200)),
+        (204, b"ok", False, "statuses", (204, 204, 204)),
+        (200, b'{"accepted": 3}', False, "statuses", (200, 200, 200)),  # no results: all acked
+        (200, b"{broken", False, "statuses", (200, 200, 200)),  # not JSON: irrelevant body
+        (200, b'{"results": [{"id": "t/0/1", "st', False, "malformed", ()),  # cut results
+        (200, b"{" + b" " * 10, True, "malformed", ()),  # cut off: cannot be trusted
+        (
+            207,
+            results({"id": "t/0/3", "status": 200}, {"id": "t/0/1", "status": 500}, {"id": "t/0/2", "status": 400}),
+            False,
+            "statuses",
+            (500, 400, 200),
+        ),
+        (200, results({"id": "t/0/1", "status": 200}), False, "malformed", ()),  # too few
+        (
+            200,
+            results({"id": "t/0/1", "status": 200}, {"id": "t/0/1", "status": 200}, {"id": "t/0/3", "status": 200}),
+            False,
+            "malformed",
+            (),
+        ),  # repeated id
+        (
+            200,
+            results({"id": "x", "status": 200}, {"id": "t/0/2", "status": 200}, {"id": "t/0/3", "status": 200}),
+            False,
+            "malformed",
+            (),
+        ),  # unknown id
+        (
+            200,
+            results({"id": "t/0/1", "status": "200"}, {"id": "t/0/2", "status": 200}, {"id": "t/0/3", "status": 2}),
+            False,
+            "malformed",
+            (),
+        ),
+        (200, b'{"results": {"t/0/1": 200}}', False, "malformed", ()),
+        (413, b"", False, "split", (413, 413, 413)),
+        (400, b"", False, "split", (400, 400, 400)),
+        (404, b"", False, "split", (404, 404, 404)),
+        (429, b"", False, "statuses", (429, 429, 429)),
+        (408, b"", False, "statuses", (408, 408, 408)),
+        (503, b"", False, "statuses", (503, 503, 503)),
+        (None, b"", False, "statuses", (None, None, None)),
+    ],
+)
+def test_interpret(
+    status: int | None, body: bytes, truncated: bool, kind: str, statuses: tuple[int | None, ...]
+) -> None:
+    verdict = interpret(status, body, truncated, IDS, "timeout" if status is None else None)
+    assert verdict.kind == kind
+    assert verdict.statuses == statuses
+
+
+def test_single_record_4xx_is_not_split() -> None:
+    assert interpret(413, b"", False, IDS[:1]) == Verdict("statuses", (413,), ("",))
+
+
+def test_results_error_text_reaches_the_reason() -> None:
+    body = results(
+        {"id": "t/0/1", "status": 422, "error": "bad schema"},
+        {"id": "t/0/2", "status": 200},
+        {"id": "t/0/3", "status": 200},
+    )
+    decisions = settle(interpret(200, body, False, IDS), ["a", "b", "c"], [1, 1, 1], policy())
+    assert decisions[0].action == "dead_letter"
+    assert decisions[0].reason == "endpoint answered 422 (bad schema)"
+
+
+def policy(max_attempts: int = 3) -> RetryPolicy:
+    return RetryPolicy(RetryPolicySpec(max_attempts, 100, 1000), random.Random(1))
+
+
+def actions(verdict: Verdict, lanes: list[str], charged: list[int], max_attempts: int = 3) -> list[str]:
+    return [d.action for d in settle(verdict, lanes, charged, policy(max_attempts))]
+
+
+def st(*statuses: int | None) -> Verdict:
+    return Verdict("statuses", statuses, ("",) * len(statuses))
+
+
+@pytest.mark.parametrize(
+    ("verdict", "lanes", "charged", "expected"),
+    [
+        (st(200, 200, 200), ["a", "a", "b"], [1, 1, 1], ["ack", "ack", "ack"]),
+        # a retried record holds back the later records of its lane, whatever their own answer
+        (st(500, 200, 200), ["a", "a", "b"], [1, 1, 1], ["retry", "held", "ack"]),
+        (st(200, 503, 400), ["a", "a", "a"], [1, 1, 1], ["ack", "retry", "held"]),
+        # a dead-lettered record does not hold its lane back (it is done)
+        (st(400, 200, 200), ["a", "a", "b"], [1, 1, 1], ["dead_letter", "ack", "ack"]),
+        # retries run out per record
+        (st(500, 500, 200), ["a", "b", "c"], [3, 1, 1], ["dead_letter", "retry", "ack"]),
+        (st(500, 500), ["a", "a"], [3, 1], ["dead_letter", "retry"]),
+        # whole-batch failure: first of each lane retried, the rest held
+        (st(None, None, None), ["a", "a", "b"], [1, 1, 1], ["retry", "held", "retry"]),
+        (Verdict("malformed", (), ("bad",) * 2), ["a", "b"], [1, 1], ["retry", "retry"]),
+        (Verdict("malformed", (), ("bad",) * 2), ["a", "b"], [3, 1], ["dead_letter", "retry"]),
+    ],
+)
+def test_settle(verdict: Verdict, lanes: list[str], charged: list[int], expected: list[str]) -> None:
+    assert actions(verdict, lanes, charged) == expected
+
+
+def test_settle_honours_retry_after_capped() -> None:
+    decisions = settle(st(429, 200), ["a", "b"], [1, 1], policy(), retry_after_s=0.5)
+    assert decisions[0].action == "retry" and decisions[0].delay_s == 0.5
+    decisions = settle(st(503), ["a"], [1], policy(), retry_after_s=3600)
+    assert decisions[0].delay_s == 1.0  # capped at retry.max_backoff_ms

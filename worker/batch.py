@@ -1,0 +1,322 @@
+"""Batch push mode, the pure half: records → one CloudEvents batch body; an answer → per-record outcomes.
+
+Use case: a subscription with ``batch`` set pushes up to ``max_records`` records (or
+``max_bytes``) per POST as a JSON array of CloudEvents in structured mode, Content-Type
+``application/cloudevents-batch+json`` (docs/delivery.md, "Batch push mode"). Nothing here does
+I/O or reads a clock except the event ``time`` formatting; :mod:`worker.batch_delivery` drives it.
+
+Encoding is hand-written for speed (it runs for every record): constant attributes are escaped
+once per subscription, timestamps are formatted once per second, keys and content types are
+cached. A value whose content type is JSON and that parses as strict JSON is embedded verbatim as
+``data``; any other value goes byte for byte as ``data_base64``; a null value has no data.
+
+Answer interpretation (:func:`interpret` then :func:`settle`):
+
+- 2xx whose body is a JSON object with ``results`` → per-record statuses (validated; a malformed
+  ``results`` makes the whole batch retryable); any other 2xx → every record acknowledged;
+- 413, or another non-retryable status for a batch of several records → split in halves;
+- anything else → that status (or the transport error) applies to every record.
+
+:func:`settle` turns per-record statuses into decisions with the retry policy; a record behind a
+record of its own lane that will be retried is *held*: pushed again after it, never counted done
+before it (at-least-once: it may be delivered twice, never out of order).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import quote
+
+import orjson
+
+from worker.push import CE_TYPE, DEFAULT_CONTENT_TYPE, Record, _header_value
+from worker.retry import Decision, RetryPolicy
+
+# Answer bodies are read up to this size; a longer one cannot be trusted as per-record results.
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+# CloudEvents attribute names: lower-case ASCII letters and digits, at most 20 characters.
+CE_ATTR_RE = re.compile(r"[a-z0-9]{1,20}")
+RESERVED_ATTRS = frozenset(
+    {
+        "specversion",
+        "id",
+        "source",
+        "type",
+        "time",
+        "datacontenttype",
+        "dataschema",
+        "subject",
+        "data",
+        "data_base64",
+        "kafkatopic",
+        "kafkapartition",
+        "kafkaoffset",
+        "partitionkey",
+        "ferryattempt",
+        "ferryheaders",
+    }
+)
+_JSON_TYPE_RE = re.compile(r"^(application|text)/([a-z0-9.!#$&^_-]+\+)?json\s*(;.*)?$", re.IGNORECASE)
+# Per-event bytes beyond key and value, for the max_bytes estimate taken before encoding.
+EVENT_OVERHEAD = 320
+
+
+def event_size(record: Record) -> int:
+    """Estimated encoded size of one event (base64 makes a non-JSON value 4/3 as large)."""
+    return len(record.value or b"") * 4 // 3 + len(record.key or b"") * 3 + EVENT_OVERHEAD
+
+
+def is_json(value: bytes) -> bool:
+    """Strict JSON text in UTF-8 (RFC 8259: no NaN/Infinity, no lone surrogates), safe to embed verbatim."""
+    try:
+        orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+class EventEncoder:
+    """Builds the body of a batch for one subscription; caches are bounded."""
+
+    _CACHE_MAX = 4096
+
+    def __init__(self, cluster: str, subscription: str) -> None:
+        self._head = '{"specversion":"1.0","type":' + json.dumps(CE_TYPE) + ',"source":'
+        self._head += json.dumps(f"/ferry/{cluster}/{subscription}") + ',"id":"'
+        self._second = -1
+        self._second_text = ""
+        self._keys: dict[bytes, str] = {}
+        self._types: dict[bytes | None, tuple[str, bool]] = {}
+        # (topic, partition) -> the id prefix and the kafka* attributes up to the offset.
+        self._where: dict[tuple[str, int], tuple[str, str]] = {}
+        # Records of a topic mostly carry the same few header sets (content-type, schema, ...).
+        self._header_sets: dict[tuple[tuple[str, bytes | None], ...], tuple[str, bool, str]] = {}
+
+    def _time(self, ms: int) -> str:
+        second = ms // 1000
+        if second != self._second:
+            self._second = second
+            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._second_text}.{ms % 1000:03d}Z"
+
+    def _content_type(self, raw: bytes | None) -> tuple[str, bool]:
+        """(the escaped ``datacontenttype`` value, whether it names JSON)."""
+        found = self._types.get(raw)
+        if found is None:
+            text = _header_value(raw) if raw else DEFAULT_CONTENT_TYPE
+            found = (json.dumps(text), bool(_JSON_TYPE_RE.match(text)))
+            if len(self._types) >= self._CACHE_MAX:
+                self._types.clear()
+            self._types[raw] = found
+        return found
+
+    def _key(self, key: bytes) -> str:
+        text = self._keys.get(key)
+        if text is None:
+            text = quote(key, safe="")
+            if len(self._keys) >= self._CACHE_MAX:
+                self._keys.clear()
+            self._keys[key] = text
+        return text
+
+    def event(self, r: Record, attempt: int) -> str:
+        """One structured-mode CloudEvent as JSON text (the batch is encoded once, as a whole)."""
+        headers = r.headers
+        if headers:
+            hkey = tuple(headers)
+            found = self._header_sets.get(hkey)
+            if found is None:
+                content_type, extra = self._headers(hkey)
+                found = (*self._content_type(content_type), extra)
+                if len(self._header_sets) >= self._CACHE_MAX:
+                    self._header_sets.clear()
+                self._header_sets[hkey] = found
+            ctype, json_type, extra = found
+        else:
+            ctype, json_type = self._content_type(None)
+            extra = ""
+        topic, partition, offset = r.topic, r.partition, r.offset
+        where = self._where.get((topic, partition))
+        if where is None:
+            where = self._where[(topic, partition)] = (
+                f"{self._head}{topic}/{partition}/",
+                f',"kafkatopic":"{topic}","kafkapartition":{partition},"kafkaoffset":',
+            )
+        ms = r.timestamp_ms
+        if ms // 1000 != self._second:
+            self._time(ms)
+        key = "" if r.key is None else f',"partitionkey":"{self._key(r.key)}"'
+        value = r.value
+        if value is None:
+            data = ""
+        elif json_type and is_json(value):
+            data = ',"data":' + value.decode()  # valid UTF-8: is_json checked it
+        else:
+            data = ',"data_base64":"' + base64.b64encode(value).decode() + '"'
+        return (
+            f'{where[0]}{offset}","time":"{self._second_text}.{ms % 1000:03d}Z","datacontenttype":{ctype}'
+            f'{where[1]}{offset},"ferryattempt":{attempt}{key}{extra}{data}}}'
+        )
+
+    @staticmethod
+    def _headers(headers: Sequence[tuple[str, bytes | None]]) -> tuple[bytes | None, str]:
+        """(the content-type header, the extension attributes for the other headers)."""
+        content_type: bytes | None = None
+        attrs: list[str] = []
+        seen: set[str] = set()
+        rest: list[str] = []
+        for name, value in headers:
+            if value is None:
+                continue
+            lower = name.lower()
+            if lower == "content-type" and content_type is None:
+                content_type = value
+            elif CE_ATTR_RE.fullmatch(lower) and lower not in RESERVED_ATTRS and lower not in seen:
+                seen.add(lower)
+                attrs.append(f',"{lower}":{json.dumps(_header_value(value))}')
+            else:
+                rest.append(f"{quote(name, safe='')}={quote(value, safe='')}")
+        if rest:
+            attrs.append(f',"ferryheaders":"{"&".join(rest)}"')
+        return content_type, "".join(attrs)
+
+
+def encode_batch(encoder: EventEncoder, records: Sequence[Record], attempts: Sequence[int]) -> bytes:
+    event = encoder.event
+    return ("[" + ",".join([event(r, a) for r, a in zip(records, attempts, strict=True)]) + "]").encode()
+
+
+def event_id(r: Record) -> str:
+    return f"{r.topic}/{r.partition}/{r.offset}"
+
+
+# --- answers ---------------------------------------------------------------------------------
+
+Kind = Literal["statuses", "split", "malformed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one answer says: per-record ``statuses`` (None: no answer), a ``split``, or ``malformed``."""
+
+    kind: Kind
+    statuses: tuple[int | None, ...] = ()
+    reasons: tuple[str, ...] = ()
+    """Per record: the transport error, the endpoint's ``error`` text, or why the answer is malformed."""
+
+
+def _whole(n: int, status: int | None, reason: str) -> Verdict:
+    return Verdict("statuses", (status,) * n, (reason,) * n)
+
+
+def _results(doc: object, ids: Sequence[str]) -> Verdict | str:
+    """Per-record statuses from ``{"results": [{"id", "status", "error"?}, ...]}``, or why not."""
+    assert isinstance(doc, dict)
+    results = doc["results"]
+    if not isinstance(results, list):
+        return "'results' must be an array"
+    if len(results) != len(ids):
+        return f"'results' has {len(results)} entries for {len(ids)} events"
+    position = {cid: i for i, cid in enumerate(ids)}
+    statuses: list[int | None] = [None] * len(ids)
+    reasons = [""] * len(ids)
+    for n, entry in enumerate(results):
+        if not isinstance(entry, dict):
+            return f"results[{n}] must be an object"
+        i = position.get(entry.get("id"))  # type: ignore[arg-type]
+        if i is None or statuses[i] is not None:
+            return f"results[{n}].id {entry.get('id')!r} is not an event of this batch, or is repeated"
+        status = entry.get("status")
+        if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+            return f"results[{n}].status must be an HTTP status (100-599)"
+        statuses[i] = status
+        error = entry.get("error")
+        reasons[i] = error[:200] if isinstance(error, str) else ""
+    return Verdict("statuses", tuple(statuses), tuple(reasons))
+
+
+def interpret(
+    status: int | None, body: bytes, truncated: bool, ids: Sequence[str], error: str | None = None
+) -> Verdict:
+    """Read one answer to a batch of events with ``ids`` (array order)."""
+    n = len(ids)
+    if status is None:
+        return _whole(n, None, error or "no answer")
+    if 200 <= status < 300:
+        stripped = body.lstrip()
+        if not stripped.startswith(b"{"):
+            return _whole(n, status, "")
+        try:
+            doc = json.loads(body)
+        except (ValueError, RecursionError):
+            if truncated:
+                return Verdict("malformed", reasons=(f"answer body over {MAX_ANSWER_BYTES} bytes",) * n)
+            if b'"results"' in body:
+                return Verdict("malformed", reasons=("per-record results that are not valid JSON",) * n)
+            return _whole(n, status, "")  # not JSON: an irrelevant body
+        if not isinstance(doc, dict) or "results" not in doc:
+            return _whole(n, status, "")
+        found = _results(doc, ids)
+        if isinstance(found, str):
+            return Verdict("malformed", reasons=(f"malformed per-record results: {found}",) * n)
+        return found
+    if n > 1 and (status == 413 or (400 <= status < 500 and status not in (408, 429))):
+        return Verdict("split", (status,) * n, (f"endpoint answered {status} for the batch",) * n)
+    return _whole(n, status, "")
+
+
+Action = Literal["ack", "retry", "dead_letter", "held"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    action: Action
+    delay_s: float = 0.0
+    reason: str = ""
+
+
+ACK = Settled("ack")
+
+
+def settle(
+    verdict: Verdict,
+    lanes: Sequence[Hashable],
+    charged: Sequence[int],
+    policy: RetryPolicy,
+    retry_after_s: float | None = None,
+) -> list[Settled]:
+    """Per-record decisions for a ``statuses`` or ``malformed`` verdict.
+
+    ``charged[i]`` is the record's failed-or-answered attempt count *including this push* (what
+    the retry policy compares with ``max_attempts``). Records after a retried record of the same
+    lane are held (not charged: their own answer did not fail them).
+    """
+    out: list[Settled] = []
+    retrying: set[Hashable] = set()
+    for i, lane in enumerate(lanes):
+        if lane in retrying:
+            out.append(Settled("held", reason="held behind an earlier record of its key"))
+            continue
+        if verdict.kind == "malformed":
+            d: Decision = policy.after_error(charged[i], verdict.reasons[i])
+        else:
+            status = verdict.statuses[i]
+            if status is not None and 200 <= status < 300:
+                out.append(ACK)
+                continue
+            if status is None:
+                d = policy.after_error(charged[i], verdict.reasons[i] or "no answer")
+            else:
+                d = policy.after_status(charged[i], status, retry_after_s)
+                if verdict.reasons[i]:
+                    d = Decision(d.action, d.delay_s, f"{d.reason} ({verdict.reasons[i]})")
+        if d.action == "retry":
+            retrying.add(lane)
+        out.append(Settled(d.action, d.delay_s, d.reason))
+    return out

@@ -1,0 +1,164 @@
+"""Batch push mode, the driving half: take batches from a partition's window and see each one through.
+
+Use case: a :class:`worker.partition.PartitionRunner` whose subscription has ``batch`` set hands
+its dispatching to a :class:`BatchDispatcher`. One asyncio task per batch (never per record):
+
+    push the batch → read the answer (:func:`worker.batch.interpret`)
+      split (413, or a non-retryable 4xx for several records): push each half in turn, and
+          send at most half as many records per batch from then on (until the subscription changes)
+      otherwise decide per record (:func:`worker.batch.settle`):
+          dead-letter the dead ones, then acknowledge them with the acked ones (one merge pass);
+          the retried and held ones are pushed again as a smaller batch, in offset order, after
+          the longest of their delays; their lanes stay busy meanwhile, so no later record of
+          their key overtakes them.
+
+Attempts: ``ferryattempt`` counts every push of a record; ``retry.max_attempts`` counts the
+pushes the record itself failed (a record held behind another one, or pushed again because its
+batch was split, is not charged). ``linger_ms`` holds a partial batch back until ``max_records``
+records are buffered or ``linger_ms`` passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from ferry import log
+from ferry.subscription import BatchSpec
+from worker.batch import MAX_ANSWER_BYTES, EventEncoder, encode_batch, event_id, event_size, interpret, settle
+from worker.push import Record, push_batch
+from worker.retry import parse_retry_after
+
+if TYPE_CHECKING:
+    from worker.partition import PartitionRunner
+
+_log = log.get_logger(__name__)
+
+
+class BatchDispatcher:
+    def __init__(self, runner: PartitionRunner, spec: BatchSpec) -> None:
+        self._runner = runner
+        self.spec = spec
+        self.cap = spec.max_records
+        self._encoder = EventEncoder(runner._ctx.client.cluster, runner.sub.name)
+        self._linger: asyncio.TimerHandle | None = None
+        self._linger_due = False
+
+    def reconfigure(self, spec: BatchSpec) -> None:
+        if spec != self.spec:
+            self.spec = spec
+            self.cap = spec.max_records
+
+    def pump(self) -> None:
+        """Start every batch the window allows now."""
+        runner = self._runner
+        window = runner.window
+        if self.spec.linger_ms and not self._linger_due and window.pending < self.cap:
+            if window.pending and self._linger is None:
+                self._linger = asyncio.get_running_loop().call_later(self.spec.linger_ms / 1000, self._lingered)
+            return
+        self._linger_due = False
+        while True:
+            records = window.take_batch(self.cap, self.spec.max_bytes, event_size)
+            if not records:
+                return
+            runner.start_task(self._deliver(records))
+
+    def _lingered(self) -> None:
+        self._linger = None
+        self._linger_due = True
+        self._runner.pump()
+
+    def close(self) -> None:
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+
+    async def _deliver(self, records: list[Record]) -> None:
+        n = len(records)
+        await self._see_through(records, [0] * n, [0] * n)
+
+    async def _see_through(self, records: list[Record], pushes: list[int], charged: list[int]) -> None:
+        runner = self._runner
+        ctx = runner._ctx
+        while records:
+            if not ctx.lease.allowed():
+                await ctx.lease.wait()
+            pushes = [p + 1 for p in pushes]
+            again = sum(1 for p in pushes if p > 1)
+            if again:
+                runner.retried += again
+                runner._m_retried.inc(again)
+            body = encode_batch(self._encoder, records, pushes)
+            started = time.monotonic()
+            result = await push_batch(ctx.client, runner.sub, body, MAX_ANSWER_BYTES)
+            runner._m_latency.observe(time.monotonic() - started)
+            status = result.status
+            if status is not None and 200 <= status < 300 and not result.body.lstrip().startswith(b"{"):
+                runner.acknowledged_many(records, dead=False)  # the common case; interpret() agrees
+                return
+            ids = [event_id(r) for r in records]
+            verdict = interpret(result.status, result.body, result.truncated, ids, result.error)
+            if verdict.kind == "split":
+                half = len(records) // 2
+                if verdict.statuses[0] == 413:
+                    self.cap = max(1, min(self.cap, half))  # too large: remembered for this partition
+                size = min(self.cap, (len(records) + 1) // 2)  # another 4xx: bisect to the refused records
+                _log.warning(
+                    "batch.split",
+                    subscription=runner.sub.name,
+                    topic=runner.ref.topic,
+                    partition=runner.ref.partition,
+                    records=len(records),
+                    reason=verdict.reasons[0],
+                    max_records_now=self.cap,
+                )
+                # In order, chunk by chunk; after another 413 the rest goes in smaller chunks.
+                i = 0
+                while i < len(records):
+                    j = i + min(size, self.cap)
+                    await self._see_through(records[i:j], pushes[i:j], charged[i:j])
+                    i = j
+                return
+            wait_s = parse_retry_after(result.retry_after, time.time())
+            lanes = [runner.window.lane(r) for r in records]
+            charged_now = [c + 1 for c in charged]
+            decisions = settle(verdict, lanes, charged_now, runner.policy, wait_s)
+            done: list[Record] = []
+            dead: list[Record] = []
+            again_records: list[Record] = []
+            again_pushes: list[int] = []
+            again_charged: list[int] = []
+            delay = 0.0
+            reason = ""
+            for i, d in enumerate(decisions):
+                if d.action == "ack":
+                    done.append(records[i])
+                elif d.action == "dead_letter":
+                    await runner._dead_letter(records[i], d.reason, charged_now[i])
+                    dead.append(records[i])
+                else:
+                    again_records.append(records[i])
+                    again_pushes.append(pushes[i])
+                    again_charged.append(charged_now[i] if d.action == "retry" else charged[i])
+                    if d.action == "retry":
+                        delay = max(delay, d.delay_s)
+                        reason = reason or d.reason
+            if dead:
+                runner.acknowledged_many(dead, dead=True)
+            if done:
+                runner.acknowledged_many(done, dead=False)
+            if again_records:
+                _log.info(
+                    "batch.retry",
+                    subscription=runner.sub.name,
+                    topic=runner.ref.topic,
+                    partition=runner.ref.partition,
+                    records=len(again_records),
+                    first_offset=again_records[0].offset,
+                    delay_s=round(delay, 3),
+                    reason=reason,
+                )
+                await asyncio.sleep(delay)
+            records, pushes, charged = again_records, again_pushes, again_charged
