@@ -1,9 +1,13 @@
 """A trivial push endpoint for benchmarks (own process): acknowledges, counts distinct records, and
-measures record-timestamp → receipt latency from ``ce-time`` (or ``x-ts-ms`` for the baseline)."""
+measures record-timestamp → receipt latency from ``ce-time`` (or ``x-ts-ms`` for the baseline).
+
+``POST /reset?delay_s=A&delay_max_s=B`` clears the figures and makes every answer wait A s, or a
+uniformly random time between A and B s (a slow endpoint)."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import sys
 import time
 from datetime import datetime
@@ -13,6 +17,7 @@ from aiohttp import web
 seen: set[str] = set()
 lat_ms: list[float] = []
 delay_s = 0.0
+delay_max_s = 0.0
 
 
 async def hook(request: web.Request) -> web.Response:
@@ -27,7 +32,9 @@ async def hook(request: web.Request) -> web.Response:
         elif "ce-time" in request.headers:
             t = datetime.fromisoformat(request.headers["ce-time"].replace("Z", "+00:00")).timestamp() * 1000
             lat_ms.append(now - t)
-    if delay_s:
+    if delay_max_s > delay_s:
+        await asyncio.sleep(random.uniform(delay_s, delay_max_s))
+    elif delay_s:
         await asyncio.sleep(delay_s)
     return web.Response(status=200)
 
@@ -38,14 +45,15 @@ async def stats(_: web.Request) -> web.Response:
     def pct(q: float) -> float:
         return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
 
-    return web.json_response({"count": len(seen), "p50_ms": pct(0.5), "p99_ms": pct(0.99)})
+    return web.json_response({"count": len(seen), "p50_ms": pct(0.5), "p95_ms": pct(0.95), "p99_ms": pct(0.99)})
 
 
 async def reset(request: web.Request) -> web.Response:
-    global delay_s
+    global delay_s, delay_max_s
     seen.clear()
     lat_ms.clear()
     delay_s = float(request.query.get("delay_s", "0"))
+    delay_max_s = float(request.query.get("delay_max_s", "0"))
     return web.json_response({})
 
 
