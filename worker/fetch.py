@@ -55,6 +55,10 @@ class Fetcher:
                 "auto.offset.reset": "earliest",
                 # librdkafka's 1 s default leaves the local queue empty under per-record work.
                 "fetch.queue.backoff.ms": cfg.get("fetch.queue.backoff.ms", 10),
+                # Bytes one fetch may bring per partition (librdkafka: 1 MB, grown automatically for a
+                # larger record). The prefetch pause acts only after a fetch arrived, so this is the
+                # overshoot per partition: with 1,000 partitions 1 MB lets ~1 GB in (bench/memory.py).
+                "fetch.message.max.bytes": cfg.get("fetch.message.max.bytes", 256 * 1024),
             }
         )
         self._cfg = cfg
