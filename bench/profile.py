@@ -46,11 +46,14 @@ STAGES: list[tuple[str, re.Pattern[str]]] = [
 
 
 def stage_of(frames: list[str]) -> str:
+    """The stage of the deepest frame with one; the event loop only when no other stage is on the
+    stack (asyncio's timeout and semaphore frames under http1 are the client's cost)."""
     for frame in reversed(frames):
-        for stage, pattern in STAGES:
+        for stage, pattern in STAGES[:-1]:
             if pattern.search(frame):
                 return stage
-    return "other"
+    loop_stage, loop_pattern = STAGES[-1]
+    return loop_stage if any(loop_pattern.search(f) for f in frames) else "other"
 
 
 def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
@@ -92,7 +95,13 @@ def main() -> None:
     ap.add_argument("--rate", type=int, default=200, help="samples per second")
     ap.add_argument("--native", action="store_true", help="also sample C frames (py-spy --native)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--summarize", type=Path, default=None, help="only group an existing collapsed file")
     a = ap.parse_args()
+    if a.summarize:
+        stages, _, total = summarize(a.summarize)
+        for stage, n in stages.most_common():
+            print(f"{stage:34} {100 * n / total:5.1f} %")
+        return
     pyspy = shutil.which("py-spy")
     if pyspy is None:
         sys.exit("py-spy is not installed: pip install py-spy (or use FERRY_BENCH_PROFILE with bench/delivery.py)")

@@ -7,8 +7,8 @@ endpoint; each run starts N static workers splitting the partitions round-robin 
 coordinator's planner does for equal weights) and measures between 10 % and 90 % of the records
 delivered, so start-up and the tail are left out. Per worker, CPU time comes from
 /proc/<pid>/stat; "per core" divides the delivered rate by the CPU the workers used, and the
-machine's total busy CPU (/proc/stat) shows when the 2 cores are saturated (the broker, the
-endpoint and this script share them).
+machine's total busy CPU (/proc/stat) shows when the 2 cores are saturated; the broker's and the
+endpoint's cores are printed too (they, this script and anything else on the machine share them).
 """
 
 from __future__ import annotations
@@ -32,14 +32,23 @@ def run(s: Stack, topic: str, partitions: int, n_workers: int, records: int, win
     for i in range(n_workers):
         parts = [{"subscription": name, "topic": topic, "partition": p} for p in range(i, partitions, n_workers)]
         workers.append(s.worker(f"{name}-{i}", subs, parts, env={"FERRY_OFFSETS_TOPIC": f"__bench_{name}"}, wait=False))
-    marks: dict[str, tuple[float, float, list[float], float]] = {}
+    marks: dict[str, tuple[float, float, list[float], float, float, float]] = {}
+    broker_pid: int = s.broker.proc.pid  # type: ignore[union-attr]
+    endpoint_pid: int = s.endpoint.proc.pid  # type: ignore[union-attr]
     deadline = time.monotonic() + 600
     while "end" not in marks:
         count = s.stats()["count"]
         for label, frac in (("start", 0.1), ("end", 0.9)):
             if label not in marks and count >= frac * records:
                 pids = [w.proc.pid for w in workers]  # type: ignore[union-attr]
-                marks[label] = (time.monotonic(), count, [cpu_seconds(p) for p in pids], machine_cpu_seconds())
+                marks[label] = (
+                    time.monotonic(),
+                    count,
+                    [cpu_seconds(p) for p in pids],
+                    machine_cpu_seconds(),
+                    cpu_seconds(broker_pid),
+                    cpu_seconds(endpoint_pid),
+                )
         for w in workers:
             assert w.alive(), w.log_tail()
         if time.monotonic() > deadline:
@@ -47,7 +56,7 @@ def run(s: Stack, topic: str, partitions: int, n_workers: int, records: int, win
         time.sleep(0.02)
     for w in workers:
         w.stop()
-    (t0, c0, cpu0, m0), (t1, c1, cpu1, m1) = marks["start"], marks["end"]
+    (t0, c0, cpu0, m0, b0, e0), (t1, c1, cpu1, m1, b1, e1) = marks["start"], marks["end"]
     secs = t1 - t0
     worker_cpu = sum(cpu1) - sum(cpu0)
     return {
@@ -55,6 +64,8 @@ def run(s: Stack, topic: str, partitions: int, n_workers: int, records: int, win
         "rate": (c1 - c0) / secs,
         "worker_cores": worker_cpu / secs,
         "machine_cores": (m1 - m0) / secs,
+        "broker_cores": (b1 - b0) / secs,
+        "endpoint_cores": (e1 - e0) / secs,
         "per_cpu_s": (c1 - c0) / worker_cpu if worker_cpu else 0.0,
     }
 
@@ -79,13 +90,14 @@ def main() -> None:
     print()
     print(
         f"{'workers':>7} {'records/s':>9} {'vs 1':>5} {'per worker':>10} {'worker cores':>12} "
-        f"{'rec/CPU-s':>9} {'per core vs 1':>13} {'machine busy':>12}"
+        f"{'rec/CPU-s':>9} {'per core vs 1':>13} {'broker':>6} {'endpoint':>8} {'machine busy':>12}"
     )
     for r in rows:
         print(
             f"{int(r['workers']):>7} {r['rate']:>9,.0f} {r['rate'] / base['rate']:>4.2f}x "
             f"{r['rate'] / r['workers'] / base['rate']:>9.2f}x {r['worker_cores']:>12.2f} "
-            f"{r['per_cpu_s']:>9,.0f} {r['per_cpu_s'] / base['per_cpu_s']:>12.2f}x {r['machine_cores']:>8.2f} cores"
+            f"{r['per_cpu_s']:>9,.0f} {r['per_cpu_s'] / base['per_cpu_s']:>12.2f}x {r['broker_cores']:>6.2f} "
+            f"{r['endpoint_cores']:>8.2f} {r['machine_cores']:>6.2f} cores"
         )
     print(
         f"{a.records:,} records, {a.partitions} partitions, max_in_flight {a.window}, "
