@@ -3,13 +3,14 @@
 ``with Stack() as s:`` starts the embedded broker and the trivial endpoint (bench/_endpoint.py)
 on free ports and stops both on exit; ``s.worker(...)`` starts a static worker
 (``ferry worker --assignment FILE``) that the stack also stops on exit, so a benchmark leaves no
-process behind even when it fails.
+process behind even when it fails; the log directory is removed after a run that did not fail.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -91,6 +92,8 @@ class Stack:
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         for proc in reversed(self._procs):
             proc.stop()
+        if e is None:
+            shutil.rmtree(self.tmp, ignore_errors=True)  # logs are kept when the run failed
 
     def reset(self, delay_s: float = 0.0, delay_max_s: float = 0.0) -> None:
         http("POST", f"{self.ep}/reset?delay_s={delay_s}&delay_max_s={delay_max_s}")

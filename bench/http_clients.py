@@ -21,6 +21,7 @@ import asyncio
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -273,6 +274,7 @@ def main() -> None:
                 print(f"  in flight {in_flight:>3}  {name:14} {shown}", flush=True)
     finally:
         endpoint.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
 
     print()
     print(f"{'in flight':>9} {'client':14} {'requests':>9} {'req/s':>8} {'CPU us/req':>10} {'vs aiohttp':>10}")
