@@ -1,11 +1,15 @@
 """A trivial push endpoint for benchmarks (own process): acknowledges, counts distinct records, and
 measures record-timestamp → receipt latency from ``ce-time`` (or ``x-ts-ms`` for the baseline).
 ``/batch`` takes a JSON array of events (CloudEvents batches, or the batched baseline's) and
-counts the distinct ``"id"`` values inside, without parsing the rest."""
+counts the distinct ``"id"`` values inside, without parsing the rest.
+
+``POST /reset?delay_s=A&delay_max_s=B`` clears the figures and makes every answer wait A s, or a
+uniformly random time between A and B s (a slow endpoint)."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 import sys
 import time
@@ -17,6 +21,7 @@ seen: set[str | bytes] = set()
 ID_RE = re.compile(rb'"id":"([^"]*)"')
 lat_ms: list[float] = []
 delay_s = 0.0
+delay_max_s = 0.0
 
 
 async def hook(request: web.Request) -> web.Response:
@@ -31,7 +36,9 @@ async def hook(request: web.Request) -> web.Response:
         elif "ce-time" in request.headers:
             t = datetime.fromisoformat(request.headers["ce-time"].replace("Z", "+00:00")).timestamp() * 1000
             lat_ms.append(now - t)
-    if delay_s:
+    if delay_max_s > delay_s:
+        await asyncio.sleep(random.uniform(delay_s, delay_max_s))
+    elif delay_s:
         await asyncio.sleep(delay_s)
     return web.Response(status=200)
 
@@ -64,6 +71,7 @@ async def stats(_: web.Request) -> web.Response:
         {
             "count": len(seen),
             "p50_ms": pct(0.5),
+            "p95_ms": pct(0.95),
             "p99_ms": pct(0.99),
             "first_at": span[0],
             "last_at": span[1],
@@ -73,12 +81,13 @@ async def stats(_: web.Request) -> web.Response:
 
 
 async def reset(request: web.Request) -> web.Response:
-    global delay_s
+    global delay_s, delay_max_s
     seen.clear()
     lat_ms.clear()
     span[:] = [0.0, 0.0]
     posts[0] = 0
     delay_s = float(request.query.get("delay_s", "0"))
+    delay_max_s = float(request.query.get("delay_max_s", "0"))
     return web.json_response({})
 
 

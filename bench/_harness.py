@@ -1,0 +1,153 @@
+"""Shared pieces of the benchmarks: a broker + endpoint stack, static workers, process figures.
+
+``with Stack() as s:`` starts the embedded broker and the trivial endpoint (bench/_endpoint.py)
+on free ports and stops both on exit; ``s.worker(...)`` starts a static worker
+(``ferry worker --assignment FILE``) that the stack also stops on exit, so a benchmark leaves no
+process behind even when it fails; the log directory is removed after a run that did not fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.delivery import http
+from ferry import embedded
+
+BENCH = Path(__file__).resolve().parent
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads), from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def machine_cpu_seconds() -> float:
+    """CPU seconds spent by the whole machine (all cores, not idle), from /proc/stat."""
+    parts = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in parts[:7])
+    return (user + nice + system + irq + softirq) / TICK
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def produce_even(bootstrap: str, topic: str, partitions: int, per_partition: int, size: int, keys: int = 20) -> None:
+    """``per_partition`` records of ``size`` bytes into every partition, ``keys`` keys per partition."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    value = b"x" * size
+    for i in range(per_partition):
+        for part in range(partitions):
+            key = f"k{part}-{i % keys}".encode()
+            while True:
+                try:
+                    p.produce(topic, key=key, value=value, partition=part)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+    p.flush(120)
+
+
+class Stack:
+    def __init__(self, prefix: str = "ferry-bench-") -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix=prefix))
+        self._procs: list[embedded.ServiceProcess] = []
+
+    def __enter__(self) -> Stack:
+        self.broker = embedded.kafka_broker(self.tmp, embedded.free_port())
+        self._procs.append(self.broker)
+        self.broker.start().wait_ready(30)
+        self.bootstrap = f"127.0.0.1:{self.broker.port}"
+        port = embedded.free_port()
+        self.endpoint = embedded.ServiceProcess(
+            "endpoint", [sys.executable, str(BENCH / "_endpoint.py"), str(port)], port, self.tmp / "ep.log"
+        )
+        self._procs.append(self.endpoint)
+        self.endpoint.start().wait_ready(30)
+        self.ep = f"http://127.0.0.1:{port}"
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        for proc in reversed(self._procs):
+            proc.stop()
+        if e is None:
+            shutil.rmtree(self.tmp, ignore_errors=True)  # logs are kept when the run failed
+
+    def reset(self, delay_s: float = 0.0, delay_max_s: float = 0.0) -> None:
+        http("POST", f"{self.ep}/reset?delay_s={delay_s}&delay_max_s={delay_max_s}")
+
+    def stats(self) -> dict[str, Any]:
+        return http("GET", f"{self.ep}/stats")
+
+    def worker(
+        self,
+        name: str,
+        subscriptions: list[dict[str, Any]],
+        partitions: list[dict[str, Any]] | None = None,
+        env: dict[str, str] | None = None,
+        argv_prefix: list[str] | None = None,
+        wait: bool = True,
+    ) -> embedded.ServiceProcess:
+        """Start a static worker; with ``wait``, return once its metrics port listens."""
+        doc: dict[str, Any] = {"subscriptions": subscriptions}
+        if partitions is not None:
+            doc["partitions"] = partitions
+        assignment = self.tmp / f"{name}.json"
+        assignment.write_text(json.dumps(doc))
+        port = embedded.free_port()
+        proc = embedded.ServiceProcess(
+            name,
+            [sys.executable, *(argv_prefix or []), "-m", "ferry.cli", "worker", "--assignment", str(assignment)],
+            port,
+            self.tmp / f"{name}.log",
+            env={
+                "FERRY_KAFKA_BOOTSTRAP": self.bootstrap,
+                "FERRY_WORKER_METRICS_PORT": str(port),
+                "FERRY_WORKER_ID": name,
+                "FERRY_OFFSETS_TOPIC": f"__bench_{name}",
+                "FERRY_LOG_LEVEL": "WARNING",
+                **(env or {}),
+            },
+        )
+        self._procs.append(proc)
+        proc.start()
+        if wait:
+            proc.wait_ready(60)
+        return proc
+
+    def wait_count(self, n: int, timeout_s: float, procs: Sequence[embedded.ServiceProcess] = ()) -> float:
+        """Wait until the endpoint counted ``n`` distinct records; returns the seconds waited."""
+        started = time.monotonic()
+        while self.stats()["count"] < n:
+            for p in procs:
+                assert p.alive(), p.log_tail()
+            if time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"endpoint counted {self.stats()['count']:,} of {n:,} in {timeout_s:.0f} s")
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+
+def sub(name: str, topics: list[str], ep: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "topics": topics, "endpoint": {"url": f"{ep}/hook"}, "ordering": "key", **extra}
