@@ -20,14 +20,16 @@ from typing import Any
 from ferry import log
 from ferry.config import Settings
 from ferry.netguard import EndpointPolicy
+from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
 from worker.deadletter import DeadLetterSink
-from worker.fetch import EARLIEST, LATEST, TP, Batch, Fetcher
+from worker.fetch import TP, Batch, Fetcher
 from worker.metrics import WorkerMetrics
 from worker.offset_store import OffsetStore
 from worker.partition import Context, Lease, PartitionRunner
 from worker.producer import AsyncProducer
 from worker.push import PushClient
+from worker.start_offsets import StartOffsets
 
 _log = log.get_logger(__name__)
 
@@ -51,6 +53,7 @@ class Engine:
             self.settings.kafka.client_config(), self.settings.kafka.offsets_topic, self._producer
         )
         await asyncio.to_thread(self._store.ensure_topic)
+        self._starts = StartOffsets(self.settings.kafka.client_config())
         self._client = PushClient(EndpointPolicy(self.settings.portal.endpoint_allow), self.settings.cluster)
         await self._client.start()
         self._lease = Lease()
@@ -83,6 +86,12 @@ class Engine:
             epoch = restored.epoch if restored is not None else 0
         elif restored is not None and restored.epoch > epoch:
             _log.warning("partition.newer_state", key=ref.key(), epoch=epoch, restored_epoch=restored.epoch)
+        anchored = restored is None
+        if restored is None:
+            # First owner ever: make the start durable before the first push (see worker.start_offsets).
+            start = await self._starts.resolve((ref.topic, ref.partition), sub.start_from)
+            restored = OffsetState(start, (), epoch, self.worker_id, int(time.time() * 1000))
+            await self._store.write(ref, restored, sub.group_id)
         fetcher = self._fetcher_for((ref.topic, ref.partition))
         tp = (ref.topic, ref.partition)
         runner = PartitionRunner(
@@ -97,16 +106,16 @@ class Engine:
         self._runners[ref] = runner
         self._fetch_of[ref] = fetcher
         self._routes[(fetcher.name, tp)] = runner
-        offset = restored.committed if restored is not None else EARLIEST if sub.start_from == "earliest" else LATEST
-        fetcher.assign(tp, offset)
+        fetcher.assign(tp, restored.committed)
         self.metrics.owned.set(len(self._runners))
         self.metrics.handoffs.labels(direction="acquired").inc()
         _log.info(
             "partition.acquired",
             key=ref.key(),
             epoch=epoch,
-            committed=restored.committed if restored else None,
-            acked_ranges=len(restored.acked) if restored else 0,
+            committed=restored.committed,
+            acked_ranges=len(restored.acked),
+            anchored=anchored,
             restore_ms=int((time.monotonic() - started) * 1000),
         )
 
@@ -217,6 +226,7 @@ class Engine:
         for f in self._fetchers:
             await asyncio.to_thread(f.stop)
         await self._client.close()
+        self._starts.close()
         await asyncio.to_thread(self._producer.close)
         self._store.close()
         _log.info("engine.stopped", worker=self.worker_id)
