@@ -8,8 +8,9 @@ a DNS answer that changed after registration cannot reach a refused address).
 
 from __future__ import annotations
 
+import functools
+import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from urllib.parse import quote
 
 from ferry import log
@@ -49,10 +50,16 @@ class Record:
         return None
 
 
+@functools.lru_cache(maxsize=256)
+def _utc_second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(seconds))
+
+
 def rfc3339_ms(timestamp_ms: int) -> str:
-    return (
-        datetime.fromtimestamp(timestamp_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{timestamp_ms % 1000:03d}Z"
-    )
+    """Records of one fetch share their second: formatting it once per second, not per record,
+    was ~10 % of the single-record path (bench/profile.py)."""
+    seconds, ms = divmod(timestamp_ms, 1000)
+    return f"{_utc_second(seconds)}{ms:03d}Z"
 
 
 def _header_value(raw: bytes) -> str:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import pytest
+
 from worker.push import Record, cloudevent_headers, rfc3339_ms
 
 
@@ -53,6 +57,17 @@ def test_record_headers_forwarded_when_valid() -> None:
     assert "bad name" not in h and "Host" not in h and "empty" not in h
 
 
-def test_rfc3339_ms() -> None:
-    assert rfc3339_ms(0) == "1970-01-01T00:00:00.000Z"
-    assert rfc3339_ms(1_000_007) == "1970-01-01T00:16:40.007Z"
+@pytest.mark.parametrize(
+    ("ts_ms", "text"),
+    [
+        (0, "1970-01-01T00:00:00.000Z"),
+        (1_000_007, "1970-01-01T00:16:40.007Z"),
+        (1_763_800_000_123, "2025-11-22T08:26:40.123Z"),
+        (1_763_800_000_999, "2025-11-22T08:26:40.999Z"),
+        (1_763_800_001_000, "2025-11-22T08:26:41.000Z"),
+        (-1, "1969-12-31T23:59:59.999Z"),  # Kafka's "no timestamp"
+    ],
+)
+def test_rfc3339_ms(ts_ms: int, text: str) -> None:
+    assert rfc3339_ms(ts_ms) == text
+    assert text == datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
