@@ -28,6 +28,8 @@ from bisect import bisect_left, bisect_right
 
 FOLD_AT = 4096
 """Single acks kept unfolded at most; past this they are folded into ranges (amortised O(log n))."""
+SHORT_RANGE = 16
+"""Ranges up to this long are acknowledged offset by offset."""
 
 
 class OffsetMerge:
@@ -75,6 +77,11 @@ class OffsetMerge:
     def ack_range(self, lo: int, hi: int) -> None:
         """Acknowledge the half-open range [lo, hi)."""
         if hi <= self.committed or hi <= lo:
+            return
+        if hi - lo <= SHORT_RANGE:
+            # A short run (a batch's acks of a few keys): one O(1) ack each beats folding the set.
+            for offset in range(max(lo, self.committed), hi):
+                self.ack(offset)
             return
         self._fold()
         self._insert(max(lo, self.committed), hi)
