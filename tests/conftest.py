@@ -53,8 +53,16 @@ def zk_connect(zookeeper: embedded.ZooKeeperProcess) -> str:
     return f"127.0.0.1:{zookeeper.port}"
 
 
+# FERRY_TEST_KAFKA_BOOTSTRAP runs the suite against a Kafka cluster of yours instead of the embedded
+# broker (give it a disposable one: the tests create topics with random names and leave them).
+EXTERNAL_KAFKA = os.environ.get("FERRY_TEST_KAFKA_BOOTSTRAP")
+
+
 @pytest.fixture(scope="session")
-def kafka(services_dir: Path) -> Iterator[embedded.ServiceProcess]:
+def kafka(services_dir: Path) -> Iterator[embedded.ServiceProcess | None]:
+    if EXTERNAL_KAFKA:
+        yield None
+        return
     broker = embedded.kafka_broker(services_dir / "kafka")
     broker.start()
     _SERVICES.append(broker)
@@ -67,8 +75,8 @@ def kafka(services_dir: Path) -> Iterator[embedded.ServiceProcess]:
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(kafka: embedded.ServiceProcess) -> str:
-    return f"127.0.0.1:{kafka.port}"
+def kafka_bootstrap(kafka: embedded.ServiceProcess | None) -> str:
+    return EXTERNAL_KAFKA or f"127.0.0.1:{kafka.port}"  # type: ignore[union-attr]
 
 
 @pytest.fixture()
