@@ -264,23 +264,15 @@ class PartitionRunner:
         self.pump()
 
     def acknowledged_many(self, records: list[Record], dead: bool) -> None:
-        """A batch's settled records (acknowledged or dead-lettered), in offset order: one pass, one pump."""
+        """A batch's settled records (acknowledged or dead-lettered): one pass, one pump."""
         assert self.merge is not None
-        finish = self.window.finish
+        ack, finish = self.merge.ack, self.window.finish
         size = 0
-        # Records come in offset order (a batch is taken so): acknowledge contiguous runs at once.
-        lo = hi = -1
+        # One O(1) ack per record: with key ordering a batch's offsets are rarely contiguous.
         for record in records:
-            offset = record.offset
-            if offset != hi:
-                if hi > lo:
-                    self.merge.ack_range(lo, hi)
-                lo = offset
-            hi = offset + 1
+            ack(record.offset)
             finish(record)
             size += record.size
-        if hi > lo:
-            self.merge.ack_range(lo, hi)
         self.buffered_bytes -= size
         self.dirty = True
         n = len(records)
