@@ -43,6 +43,15 @@ class PushError(FerryError):
     """No HTTP answer: connection refused or reset, garbage answer, timeout."""
 
 
+class _NoAnswerInTime(PushError):
+    """The request's deadline passed: never retried on a fresh connection within the same push."""
+
+
+def _expire(waiter: asyncio.Future[Answer], timeout_s: float) -> None:
+    if not waiter.done():
+        waiter.set_exception(_NoAnswerInTime(f"no answer within {int(timeout_s * 1000)} ms"))
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int
@@ -235,31 +244,49 @@ class Http1Pool:
             head += (b"\r\n", k.encode("latin-1"), b": ", v.encode("utf-8"))
         head.append(b"\r\n\r\n")
         request = b"".join(head) + body
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         async with origin.slots:
-            try:
-                async with asyncio.timeout(timeout_s):
-                    conn = self._idle(origin)
-                    if conn is not None:
-                        try:
-                            return self._checkin(origin, conn, await conn.send(request, read_body))
-                        except PushError:
-                            conn.close()
-                            if conn.answered_bytes:  # the endpoint had started to answer: a real failure
-                                raise
-                            # A kept-alive connection the endpoint had closed meanwhile: once more, fresh.
-                        except BaseException:
-                            conn.close()
-                            raise
-                    conn = await self._connect(origin, t)
-                    try:
-                        return self._checkin(origin, conn, await conn.send(request, read_body))
-                    except BaseException:
-                        conn.close()
+            conn = self._idle(origin)
+            if conn is not None:
+                try:
+                    return self._checkin(
+                        origin, conn, await self._answer(conn, request, read_body, deadline, timeout_s)
+                    )
+                except _NoAnswerInTime:
+                    conn.close()
+                    raise
+                except PushError:
+                    conn.close()
+                    if conn.answered_bytes:  # the endpoint had started to answer: a real failure
                         raise
+                    # A kept-alive connection the endpoint had closed meanwhile: once more, fresh.
+                except BaseException:
+                    conn.close()
+                    raise
+            try:
+                async with asyncio.timeout_at(deadline):
+                    conn = await self._connect(origin, t)
             except TimeoutError:
-                raise PushError(f"no answer within {int(timeout_s * 1000)} ms") from None
+                raise _NoAnswerInTime(f"no answer within {int(timeout_s * 1000)} ms") from None
             except OSError as exc:
                 raise PushError(f"cannot connect to {t.host}:{t.port}: {exc.strerror or exc}") from None
+            try:
+                return self._checkin(origin, conn, await self._answer(conn, request, read_body, deadline, timeout_s))
+            except BaseException:
+                conn.close()
+                raise
+
+    @staticmethod
+    async def _answer(conn: _Conn, request: bytes, read_body: int, deadline: float, timeout_s: float) -> Answer:
+        """Send and wait for the answer until ``deadline``: a timer on the answer's future, which
+        costs a fraction of an ``asyncio.timeout`` context per request (measured ~10 % of a worker)."""
+        waiter = conn.send(request, read_body)
+        timer = asyncio.get_running_loop().call_at(deadline, _expire, waiter, timeout_s)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
 
     def _checkin(self, origin: _Origin, conn: _Conn, answer: Answer) -> Answer:
         if conn.reusable():

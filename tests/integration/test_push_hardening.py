@@ -153,3 +153,18 @@ async def test_a_kept_alive_connection_closed_by_the_endpoint_costs_no_attempt()
         finally:
             pool.close()
     assert len(odd.requests) == 5
+
+
+async def test_a_slow_answer_on_a_kept_alive_connection_times_out_once(endpoint: EndpointRecorder) -> None:
+    """The deadline covers the whole push: an answer that does not come in time on a reused
+    connection is a timeout, not an idle-close race, so no second request goes out on a fresh one."""
+    endpoint.script = lambda r: Reply(200, delay_s=2.0) if r.body == b"slow" else Reply(200)
+    pool = Http1Pool(EndpointPolicy(["127.0.0.1/32"]))
+    try:
+        assert (await pool.post(endpoint.url, {}, b"fast", 5)).status == 200  # leaves a kept-alive connection
+        with pytest.raises(PushError, match="no answer within 300 ms"):
+            await pool.post(endpoint.url, {}, b"slow", 0.3)
+        assert (await pool.post(endpoint.url, {}, b"after", 5)).status == 200  # a fresh connection works
+        assert [r.body for r in endpoint.snapshot()] == [b"fast", b"slow", b"after"]
+    finally:
+        pool.close()
