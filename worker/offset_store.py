@@ -26,6 +26,7 @@ from ferry import kafka, log
 from ferry.errors import OffsetRecordError
 from ferry.offsets import OffsetState, StaleOffsetRecord, StateTable, encode_key, encode_value
 from ferry.subscription import PartitionRef
+from worker.coalesce import Coalesced
 from worker.producer import AsyncProducer
 
 _log = log.get_logger(__name__)
@@ -40,8 +41,7 @@ class OffsetStore:
         self._committers: dict[str, Consumer] = {}
         self._to_commit: dict[str, dict[tuple[str, int], int]] = {}
         self._commit_lock = asyncio.Lock()
-        self._pending: dict[PartitionRef, asyncio.Future[OffsetState | None]] = {}
-        self._reader: asyncio.Task[None] | None = None
+        self._restores: Coalesced[PartitionRef, OffsetState | None] = Coalesced(self.read_states)
         # Kept open between restores (used by one read at a time): a handoff's restore then
         # skips connecting to the brokers, which was most of its time.
         self._reader_consumer: Consumer | None = None
@@ -56,28 +56,7 @@ class OffsetStore:
     # --- restore -------------------------------------------------------------------------
 
     async def restore(self, ref: PartitionRef) -> OffsetState | None:
-        fut = self._pending.get(ref)
-        if fut is None:
-            fut = self._pending[ref] = asyncio.get_running_loop().create_future()
-        if self._reader is None or self._reader.done():
-            self._reader = asyncio.create_task(self._read_loop())
-        return await fut
-
-    async def _read_loop(self) -> None:
-        # Let concurrent acquires join the same read.
-        await asyncio.sleep(0)
-        while self._pending:
-            batch, self._pending = self._pending, {}
-            try:
-                states = await asyncio.to_thread(self.read_states, batch.keys())
-            except Exception as exc:
-                for fut in batch.values():
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for ref, fut in batch.items():
-                if not fut.done():
-                    fut.set_result(states.get(ref))
+        return await self._restores.get(ref)
 
     def read_states(self, refs: Iterable[PartitionRef]) -> dict[PartitionRef, OffsetState | None]:
         """Blocking: the restored state of each ref (None when it has none)."""

@@ -12,13 +12,12 @@ dies before its first periodic flush leaves no state, and the next owner would r
   answers too low (the embedded one) it still finds the end. A partition that reaches no EOF
   from its hint within ``hint_timeout_s`` is read again from its beginning.
 
-Concurrent resolutions are coalesced into one blocking pass in a thread, with one consumer
-kept open, so a worker taking a thousand new partitions pays for one pass, not a thousand.
+Concurrent resolutions are coalesced (:mod:`worker.coalesce`) into one blocking pass, with one
+consumer kept open, so a worker taking a thousand new partitions pays for one pass, not a thousand.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping
 from typing import Any, cast
@@ -26,6 +25,7 @@ from typing import Any, cast
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from ferry import kafka
+from worker.coalesce import Coalesced
 
 TP = tuple[str, int]
 Want = tuple[TP, str]  # (topic, partition), "earliest" | "latest"
@@ -36,33 +36,11 @@ class StartOffsets:
         self._cfg = dict(client_config)
         self._timeout_s = timeout_s
         self._hint_timeout_s = hint_timeout_s
-        self._pending: dict[Want, asyncio.Future[int]] = {}
-        self._runner: asyncio.Task[None] | None = None
+        self._wants: Coalesced[Want, int] = Coalesced(self.resolve_blocking)
         self._consumer: Consumer | None = None
 
     async def resolve(self, tp: TP, start_from: str) -> int:
-        want = (tp, start_from)
-        fut = self._pending.get(want)
-        if fut is None:
-            fut = self._pending[want] = asyncio.get_running_loop().create_future()
-        if self._runner is None or self._runner.done():
-            self._runner = asyncio.create_task(self._run())
-        return await fut
-
-    async def _run(self) -> None:
-        await asyncio.sleep(0)  # let concurrent acquires join this pass
-        while self._pending:
-            batch, self._pending = self._pending, {}
-            try:
-                found = await asyncio.to_thread(self.resolve_blocking, list(batch))
-            except Exception as exc:
-                for fut in batch.values():
-                    if not fut.done():
-                        fut.set_exception(exc)
-                continue
-            for want, fut in batch.items():
-                if not fut.done():
-                    fut.set_result(found[want])
+        return await self._wants.get((tp, start_from))
 
     def resolve_blocking(self, wants: list[Want]) -> dict[Want, int]:
         if self._consumer is None:
