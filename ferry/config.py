@@ -67,6 +67,9 @@ class WorkerSettings:
     """Records fetched ahead per partition before the partition's fetch is paused."""
     prefetch_bytes: int = 16 * 1024 * 1024
     """Bytes fetched ahead per partition before the partition's fetch is paused."""
+    prefetch_budget_bytes: int = 128 * 1024 * 1024
+    """Bytes fetched ahead by the whole worker: each partition's bound is at most this divided by
+    the partitions the worker owns (never below 64 KiB), so memory does not grow with them."""
 
     def resolved_id(self) -> str:
         return self.id or f"{socket.gethostname()}-{os.getpid()}"
@@ -172,6 +175,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FERRY_OFFSET_FLUSH_INTERVAL_MS", "worker.offset_flush_interval_ms", _int),
     Setting("FERRY_PREFETCH_RECORDS", "worker.prefetch_records", _int),
     Setting("FERRY_PREFETCH_BYTES", "worker.prefetch_bytes", _int),
+    Setting("FERRY_PREFETCH_BUDGET_BYTES", "worker.prefetch_budget_bytes", _int),
     Setting("FERRY_COORDINATOR_METRICS_PORT", "coordinator.metrics_port", _int),
     Setting("FERRY_SUBSCRIPTION_POLL_MS", "coordinator.subscription_poll_ms", _int),
     Setting("FERRY_TOPIC_POLL_MS", "coordinator.topic_poll_ms", _int),
@@ -218,6 +222,7 @@ def _validate(s: Settings) -> None:
     positive("FERRY_OFFSET_FLUSH_INTERVAL_MS", s.worker.offset_flush_interval_ms)
     positive("FERRY_PREFETCH_RECORDS", s.worker.prefetch_records)
     positive("FERRY_PREFETCH_BYTES", s.worker.prefetch_bytes)
+    positive("FERRY_PREFETCH_BUDGET_BYTES", s.worker.prefetch_budget_bytes)
     positive("FERRY_SUBSCRIPTION_POLL_MS", s.coordinator.subscription_poll_ms)
     positive("FERRY_TOPIC_POLL_MS", s.coordinator.topic_poll_ms)
     positive("FERRY_MAX_BODY_BYTES", s.portal.max_body_bytes)

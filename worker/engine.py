@@ -32,6 +32,13 @@ from worker.push import PushClient
 from worker.start_offsets import StartOffsets
 
 _log = log.get_logger(__name__)
+MIN_PREFETCH_BYTES = 64 * 1024
+
+
+def prefetch_bytes_per_partition(per_partition: int, budget: int, owned: int) -> int:
+    """Each partition's prefetch bound: the per-partition setting, but at most an even share of the
+    worker's budget, so a worker owning a thousand partitions holds no more than one owning ten."""
+    return max(MIN_PREFETCH_BYTES, min(per_partition, budget // max(1, owned)))
 
 
 class Engine:
@@ -107,7 +114,7 @@ class Engine:
         self._fetch_of[ref] = fetcher
         self._routes[(fetcher.name, tp)] = runner
         fetcher.assign(tp, restored.committed)
-        self.metrics.owned.set(len(self._runners))
+        self._owned_changed()
         self.metrics.handoffs.labels(direction="acquired").inc()
         _log.info(
             "partition.acquired",
@@ -118,6 +125,13 @@ class Engine:
             anchored=anchored,
             restore_ms=int((time.monotonic() - started) * 1000),
         )
+
+    def _owned_changed(self) -> None:
+        w = self.settings.worker
+        self._ctx.prefetch_bytes = prefetch_bytes_per_partition(
+            w.prefetch_bytes, w.prefetch_budget_bytes, len(self._runners)
+        )
+        self.metrics.owned.set(len(self._runners))
 
     def _fetcher_for(self, tp: TP) -> Fetcher:
         for f in self._fetchers:
@@ -148,7 +162,7 @@ class Engine:
         await runner.release(drain_ms / 1000)
         await self._write(runner)
         await self._store.commit_groups()
-        self.metrics.owned.set(len(self._runners))
+        self._owned_changed()
         self.metrics.handoffs.labels(direction="released").inc()
         with contextlib.suppress(KeyError):
             self.metrics.lag.remove(ref.subscription, ref.topic, str(ref.partition))
@@ -176,7 +190,7 @@ class Engine:
         self._fetch_of.clear()
         self._routes.clear()
         await asyncio.gather(*(r.fence() for r in runners))
-        self.metrics.owned.set(0)
+        self._owned_changed()
         _log.warning("engine.fenced", worker=self.worker_id, partitions=len(runners))
 
     def owned(self) -> dict[PartitionRef, int]:
