@@ -4,7 +4,8 @@ Use case: a worker taking over many partitions at once restores each one's offse
 resolves each new one's start offset. Each of those is a read of Kafka that costs about the same
 for one key as for a thousand, so the asks that arrive together are answered together: the
 first ask starts a round, every ask made before the round's call begins joins it, and asks made
-while a call runs form the next round. An error fails every ask of its round, none of the next.
+while a call runs form the next round. An error fails every ask of its round, none of the next;
+an asker that is cancelled leaves the answer to the others.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ class Coalesced(Generic[K, V]):
             fut = self._pending[key] = asyncio.get_running_loop().create_future()
         if self._runner is None or self._runner.done():
             self._runner = asyncio.create_task(self._run())
-        return await fut
+        # Shielded: an asker that is cancelled (a take given up) must not cancel the answer that
+        # another asker of the same key, or the next take of that partition, is waiting for.
+        return await asyncio.shield(fut)
 
     async def _run(self) -> None:
         await asyncio.sleep(0)  # let the asks of this moment join the round

@@ -196,6 +196,15 @@ class ZkSource:
                     self.owned[ref] = epoch
                     try:
                         await self.engine.acquire(ref, self.desired[ref], epoch)
+                    except asyncio.CancelledError:
+                        if ref not in self.engine.owned():
+                            # Given up before the engine took it: the owner node must not outlive
+                            # the take, or nobody (this worker included) would ever deliver P.
+                            self.owned.pop(ref, None)
+                            with contextlib.suppress(Exception):
+                                await asyncio.to_thread(self._drop_owner, ref)
+                            self.loop.call_later(1.0, self._wake.set)  # take it again if still wanted
+                        raise
                     except Exception as exc:
                         # Could not restore (Kafka down?): give the partition back and try again later.
                         _log.error("handoff.acquire_failed", key=ref.key(), error=str(exc))

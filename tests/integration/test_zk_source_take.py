@@ -32,6 +32,9 @@ class NoEngine:
     async def acquire(self, ref: PartitionRef, sub: Any, epoch: int) -> None:
         self.acquired.append(ref)
 
+    def owned(self) -> dict[PartitionRef, int]:
+        return {}
+
     async def release(self, ref: PartitionRef) -> None:
         return None
 
@@ -75,5 +78,38 @@ async def test_cancelled_take_gives_the_owner_node_back(zk_connect: str, cluster
         assert stat is None, f"the cancelled take left the owner node behind: {holder}"
         assert engine.acquired == [] and ref not in source.owned
     finally:
+        await asyncio.to_thread(source.zk.stop)
+        await asyncio.to_thread(source.zk.close)
+
+
+async def test_take_cancelled_inside_the_engine_gives_the_owner_node_back(zk_connect: str, cluster_name: str) -> None:
+    """The engine's acquire is interrupted by a cancellation while the partition is still wanted:
+    the owner node is given back and the partition is taken again, never left owned by nobody."""
+    settings = config.load(env={"FERRY_ZK_CONNECT": zk_connect, "FERRY_CLUSTER": cluster_name})
+
+    class CancelledOnce(NoEngine):
+        async def acquire(self, ref: PartitionRef, sub: Any, epoch: int) -> None:
+            self.acquired.append(ref)
+            if len(self.acquired) == 1:
+                raise asyncio.CancelledError  # e.g. a restore future cancelled under it
+
+    engine = CancelledOnce()
+    source = ZkSource(engine, settings, "w1")  # type: ignore[arg-type]
+    source.loop = asyncio.get_running_loop()
+    await asyncio.to_thread(source.zk.start, 15)
+    try:
+        ref = PartitionRef("s", "t", 0)
+        source.desired = {ref: parse({"name": "s", "topics": ["t"], "endpoint": {"url": "http://127.0.0.1:9/"}})}
+        source._reconcile()
+        async with asyncio.timeout(10):
+            while ref not in source.owned or len(engine.acquired) < 2:
+                await asyncio.wait_for(source._wake.wait(), 5)
+                source._wake.clear()
+                source._reconcile()
+                await asyncio.sleep(0.05)
+        assert engine.acquired == [ref, ref] and ref in source.owned
+    finally:
+        for t in list(source.taking.values()):
+            t.cancel()
         await asyncio.to_thread(source.zk.stop)
         await asyncio.to_thread(source.zk.close)

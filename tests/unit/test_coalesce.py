@@ -48,3 +48,24 @@ async def test_asks_made_during_a_call_form_the_next_round_and_errors_stay_in_th
         await first
     assert [await t for t in later] == ["A", "B"]
     assert calls == [["slow"], ["a", "b"]]
+
+
+async def test_a_cancelled_asker_does_not_cancel_the_answer_for_the_next() -> None:
+    """A take that is given up (its task cancelled) while its key waits for the round: the next
+    take of the same key gets the answer, not the first one's cancellation."""
+    release = threading.Event()
+
+    def fetch(keys: list[str]) -> dict[str, str]:
+        release.wait(10)
+        return {k: k.upper() for k in keys}
+
+    c: Coalesced[str, str] = Coalesced(fetch)
+    first = asyncio.create_task(c.get("p"))
+    await asyncio.sleep(0)
+    first.cancel()
+    again = asyncio.create_task(c.get("p"))
+    await asyncio.sleep(0)
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert await asyncio.wait_for(again, 10) == "P"
