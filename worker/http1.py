@@ -244,9 +244,9 @@ class Http1Pool:
             head += (b"\r\n", k.encode("latin-1"), b": ", v.encode("utf-8"))
         head.append(b"\r\n\r\n")
         request = b"".join(head) + body
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
         async with origin.slots:
+            # The endpoint's time starts once a connection slot is ours, as before any answer wait.
+            deadline = asyncio.get_running_loop().time() + timeout_s
             conn = self._idle(origin)
             if conn is not None:
                 try:
