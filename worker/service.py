@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
+from concurrent.futures import ThreadPoolExecutor
 
 from ferry import health, log
 from ferry.config import Settings
 from worker.engine import Engine
 
 _log = log.get_logger(__name__)
+IO_THREADS = 32
 
 
 def _runner() -> asyncio.Runner:
@@ -49,6 +51,10 @@ async def serve(settings: Settings, assignment_file: str | None = None) -> int:
     engine = Engine(settings, worker_id)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # Blocking Kafka reads (restores, start offsets: up to 30 s each), group commits and ZooKeeper
+    # calls all run in threads; the default pool (cores + 4 threads) let a few slow reads hold up
+    # the ZooKeeper calls of a handoff.
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="ferry-io"))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     source_ready = asyncio.Event()

@@ -202,14 +202,14 @@ class ZkSource:
                             # the take, or nobody (this worker included) would ever deliver P.
                             self.owned.pop(ref, None)
                             with contextlib.suppress(Exception):
-                                await asyncio.to_thread(self._drop_owner, ref)
+                                await self._give_back(ref)
                             self.loop.call_later(1.0, self._wake.set)  # take it again if still wanted
                         raise
                     except Exception as exc:
                         # Could not restore (Kafka down?): give the partition back and try again later.
                         _log.error("handoff.acquire_failed", key=ref.key(), error=str(exc))
                         self.owned.pop(ref, None)
-                        await asyncio.to_thread(self._drop_owner, ref)
+                        await self._give_back(ref)
                         self.loop.call_later(1.0, self._wake.set)
                         return
                     took_s = time.monotonic() - seen
@@ -239,7 +239,7 @@ class ZkSource:
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 if await attempt is not None:
-                    await asyncio.to_thread(self._drop_owner, ref)
+                    await self._give_back(ref)
                     _log.info("handoff.given_back", key=ref.key(), reason="take cancelled")
             raise
 
@@ -275,7 +275,7 @@ class ZkSource:
         try:
             await self.engine.release(ref)
             epoch = self.owned.pop(ref, None)
-            await asyncio.to_thread(self._drop_owner, ref)
+            await self._give_back(ref)
             self.engine.metrics.handoff_seconds.labels("release").observe(time.monotonic() - started)
             _log.info(
                 "handoff.released", key=ref.key(), epoch=epoch, release_ms=int((time.monotonic() - started) * 1000)
@@ -285,6 +285,12 @@ class ZkSource:
         finally:
             self.releasing.pop(ref, None)
             self._wake.set()
+
+    async def _give_back(self, ref: PartitionRef) -> None:
+        """Delete our owner node of P, even if the task asking is cancelled meanwhile: a cancelled
+        ``to_thread`` whose job had not started yet (the executor busy with Kafka reads) would
+        never delete it, and an owner node nobody serves stalls P until this worker's session ends."""
+        await asyncio.shield(asyncio.to_thread(self._drop_owner, ref))
 
     def _drop_owner(self, ref: PartitionRef) -> None:
         path = zkpaths.owner(self.cluster, *ref)
