@@ -62,6 +62,7 @@ class ZkSource:
         self.desired: dict[PartitionRef, Subscription] = {}
         self.owned: dict[PartitionRef, int] = {}  # acquired, with epoch
         self.taking: dict[PartitionRef, asyncio.Task[None]] = {}
+        self._giving_back: dict[PartitionRef, set[asyncio.Future[None]]] = {}
         self.releasing: dict[PartitionRef, asyncio.Task[None]] = {}
         self._subs: dict[str, Subscription] = {}
         self._wake = asyncio.Event()
@@ -191,6 +192,7 @@ class ZkSource:
         seen = time.monotonic()
         try:
             while ref in self.desired and not self._lost:
+                await self._given_back(ref)
                 epoch = await self._try_take_or_give_back(ref)
                 if epoch is not None:
                     self.owned[ref] = epoch
@@ -289,8 +291,25 @@ class ZkSource:
     async def _give_back(self, ref: PartitionRef) -> None:
         """Delete our owner node of P, even if the task asking is cancelled meanwhile: a cancelled
         ``to_thread`` whose job had not started yet (the executor busy with Kafka reads) would
-        never delete it, and an owner node nobody serves stalls P until this worker's session ends."""
-        await asyncio.shield(asyncio.to_thread(self._drop_owner, ref))
+        never delete it, and an owner node nobody serves stalls P until this worker's session ends.
+        The next take of P waits for every give-back under way (:meth:`_given_back`): a late one
+        would otherwise delete the node that take found (ours, same session) and is serving."""
+        job = asyncio.ensure_future(asyncio.to_thread(self._drop_owner, ref))
+        pending = self._giving_back.setdefault(ref, set())
+        pending.add(job)
+
+        def done(_: asyncio.Future[None]) -> None:
+            pending.discard(job)
+            if not pending and self._giving_back.get(ref) is pending:
+                del self._giving_back[ref]
+
+        job.add_done_callback(done)
+        await asyncio.shield(job)
+
+    async def _given_back(self, ref: PartitionRef) -> None:
+        """Wait until no give-back of P is under way."""
+        while self._giving_back.get(ref):
+            await asyncio.gather(*self._giving_back[ref], return_exceptions=True)
 
     def _drop_owner(self, ref: PartitionRef) -> None:
         path = zkpaths.owner(self.cluster, *ref)
