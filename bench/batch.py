@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import aiohttp
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench._harness import Stack
 from bench.delivery import PROFILE_DIR, http, rss_mb
 from ferry import embedded
 from worker.batch import EventEncoder
@@ -215,22 +215,8 @@ def main() -> None:
     ap.add_argument("--max-in-flight", type=int, default=1000, help="worker: records in flight per partition")
     ap.add_argument("--ordering", default="key", choices=("key", "partition", "none"))
     a = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="ferry-bench-"))
-    broker = embedded.kafka_broker(tmp, embedded.free_port()).start().wait_ready(30)
-    bootstrap = f"127.0.0.1:{broker.port}"
-    ep_port = embedded.free_port()
-    ep_proc = (
-        embedded.ServiceProcess(
-            "endpoint",
-            [sys.executable, str(Path(__file__).parent / "_endpoint.py"), str(ep_port)],
-            ep_port,
-            tmp / "ep.log",
-        )
-        .start()
-        .wait_ready(30)
-    )
-    ep = f"http://127.0.0.1:{ep_port}"
-    try:
+    with Stack() as stack:
+        tmp, bootstrap, ep = stack.tmp, stack.bootstrap, stack.ep
         print(f"producing {a.records:,} records ({a.keys} keys, {a.partitions} partitions, 100 B JSON)...", flush=True)
         produce(bootstrap, "bench", a.partitions, a.records, a.keys)
 
@@ -266,9 +252,6 @@ def main() -> None:
             print(f"building one event, {label}: {us:.2f} µs/record")
         if os.environ.get("FERRY_BENCH_PROFILE"):
             print(f"profile: {os.environ['FERRY_BENCH_PROFILE']}/bench-batch.prof")
-    finally:
-        ep_proc.stop()
-        broker.stop()
 
 
 if __name__ == "__main__":
