@@ -30,18 +30,22 @@ def test_latest_start_is_anchored_before_the_first_push(
     # No periodic flush during the test: only the anchor can record where the partitions start.
     env = {"FERRY_OFFSET_FLUSH_INTERVAL_MS": "600000"}
     w = static_worker(tmp_path, "wl", kafka_bootstrap, offsets_topic, [sub], env=env).start()
-    w.wait_ready(30)
-    until(
-        lambda: (
-            {ref.partition: s.committed for ref, s in offset_states(kafka_bootstrap, offsets_topic).items() if s}
-            == {0: 10, 1: 10}
-        ),
-        timeout_s=30,
-        what="both partitions anchored at their end (10 records each)",
-    )
-    produce(kafka_bootstrap, topic, ((f"k{i}".encode(), f"new{i}".encode(), i % parts) for i in range(40)))
-    endpoint.wait_for(lambda rs: len(rs) >= 1, timeout_s=30, what="a first new record")
-    w.kill()  # before any periodic flush: the anchor is all the next owner has
+    try:
+        w.wait_ready(30)
+        until(
+            lambda: (
+                {ref.partition: s.committed for ref, s in offset_states(kafka_bootstrap, offsets_topic).items() if s}
+                == {0: 10, 1: 10}
+            ),
+            timeout_s=30,
+            what="both partitions anchored at their end (10 records each)",
+        )
+        produce(kafka_bootstrap, topic, ((f"k{i}".encode(), f"new{i}".encode(), i % parts) for i in range(40)))
+        endpoint.wait_for(lambda rs: len(rs) >= 1, timeout_s=30, what="a first new record")
+        w.kill()  # before any periodic flush: the anchor is all the next owner has
+    finally:
+        if w.alive():
+            w.stop()
 
     w2 = static_worker(tmp_path, "wl2", kafka_bootstrap, offsets_topic, [sub], env=env).start()
     try:
