@@ -28,7 +28,7 @@ from typing import Any
 
 from ferry import zkpaths
 from tests.chaos.netsplit import NetSplit
-from tests.chaos.verdict import Delivery, Fault, Owned, Verdict, judge
+from tests.chaos.verdict import UNKNOWN_OWNER, Delivery, Fault, Owned, Verdict, judge
 from tests.support.cluster import Cluster, HealthProcess
 from tests.support.endpoint import EndpointRecorder, Reply
 from tests.support.kafka import create_topic
@@ -128,6 +128,7 @@ class OwnerWatch:
     def __init__(self, cluster: Cluster, sub: str, topic: str, partitions: int) -> None:
         self._lock = threading.Lock()
         self._open: dict[int, tuple[str, float, int]] = {}  # partition → (worker, start, czxid)
+        self._epochs: dict[int, tuple[int, float]] = {}  # partition → (last epoch seen, when)
         self.closed: list[Owned] = []
         self._stopped = False
         self.add(cluster, sub, topic, range(partitions))
@@ -153,7 +154,15 @@ class OwnerWatch:
                 start = stat.ctime / 1000
                 if cur is not None:
                     self.closed.append(Owned(partition, cur[0], cur[1], min(now, start)))
-                self._open[partition] = (json.loads(data)["worker"], start, stat.czxid)
+                doc = json.loads(data)
+                epoch = int(doc.get("epoch", 0))
+                seen = self._epochs.get(partition)
+                if seen is not None and epoch > seen[0] + 1:
+                    # Owners came and went between two callbacks (each take bumps the epoch): who
+                    # owned the partition from the last change seen until this node is unknown.
+                    self.closed.append(Owned(partition, UNKNOWN_OWNER, seen[1], start))
+                self._epochs[partition] = (epoch, now)
+                self._open[partition] = (doc["worker"], start, stat.czxid)
             return True
 
         return fn

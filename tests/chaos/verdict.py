@@ -24,6 +24,7 @@ Definitions (the rules the chaos suite asserts; docs/RELIABILITY.md repeats them
 - *fencing violation* (only when the ownership timeline and the pusher of each request are
   known): a request from worker W for partition P received at a time W did not own P, with
   ``tolerance_s`` either side of each ownership interval for the latency of the timeline's watch.
+  Where the timeline shows an epoch gap (owners it never saw), ownership is unknown and not judged.
   Must be 0: a worker that lost a partition (session expired, frozen, killed) never pushes it again
   until it owns it again with a new epoch.
 """
@@ -53,6 +54,11 @@ class Fault:
     start: float
     end: float
     partitions: frozenset[int] | None = None  # None: every partition
+
+
+UNKNOWN_OWNER = "?"
+"""The worker of an :class:`Owned` interval the timeline could not see (its watch missed owners that
+came and went between two callbacks, as an epoch gap shows): any worker may have owned it then."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +180,7 @@ def fencing(log: list[Delivery], ownership: list[Owned], tolerance_s: float) -> 
     for d in log:
         if d.pusher is None:
             continue
-        owned = spans.get((d.partition, d.pusher), [])
+        owned = spans.get((d.partition, d.pusher), []) + spans.get((d.partition, UNKNOWN_OWNER), [])
         if not any(
             o.start - tolerance_s <= d.at <= (o.end if o.end is not None else d.at) + tolerance_s for o in owned
         ):

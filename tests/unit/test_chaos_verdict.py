@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.chaos.report import table
-from tests.chaos.verdict import Delivery, Fault, Owned, judge
+from tests.chaos.verdict import UNKNOWN_OWNER, Delivery, Fault, Owned, judge
 
 
 def d(p: int, o: int, at: float, ok: bool = True, key: str = "k", pusher: str | None = None) -> Delivery:
@@ -92,3 +92,16 @@ def test_report_table_shows_each_run_and_unchecked_fencing() -> None:
     assert len(lines) == 4
     assert lines[2].startswith("| a | 10 / 12 |")
     assert "| n/a |" in lines[3]
+
+
+@pytest.mark.parametrize(
+    ("at", "pusher", "ok"),
+    [
+        (11.0, "w3", True),  # inside the window the timeline could not see: not judged
+        (15.0, "w3", False),  # w2's ownership was seen: w3 pushing then is a violation
+    ],
+)
+def test_fencing_where_the_timeline_missed_owners(at: float, pusher: str, ok: bool) -> None:
+    owned = [Owned(0, "w1", 0.0, 10.0), Owned(0, UNKNOWN_OWNER, 10.0, 12.0), Owned(0, "w2", 12.0, None)]
+    v = judge({(0, 0)}, [d(0, 0, at, pusher=pusher)], [], ownership=owned, tolerance_s=0.5)
+    assert (v.fencing_violations == []) is ok
