@@ -33,7 +33,7 @@ import aiohttp
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench._harness import Stack
+from bench._harness import Stack, cpu_seconds
 from bench.delivery import PROFILE_DIR, http, rss_mb
 from ferry import embedded
 from worker.batch import EventEncoder
@@ -125,12 +125,6 @@ async def naive_batched(
     return elapsed
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its threads so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run_worker(tmp: Path, bootstrap: str, topic: str, ep: str, n: int, name: str, sub: dict) -> tuple[float, float]:  # type: ignore[type-arg]
     """A static worker for ``topic`` until the endpoint counted ``n``: (CPU seconds from the first
     record to the last, peak RSS MB). The records/s figure comes from the endpoint's receipt times."""
@@ -159,7 +153,7 @@ def run_worker(tmp: Path, bootstrap: str, topic: str, ep: str, n: int, name: str
         while True:
             count = http("GET", f"{ep}/stats")["count"]
             if count and cpu_at_first is None:
-                cpu_at_first = cpu_s(pid)
+                cpu_at_first = cpu_seconds(pid)
             if count >= n:
                 break
             assert proc.alive(), proc.log_tail()
@@ -177,7 +171,7 @@ def run_worker(tmp: Path, bootstrap: str, topic: str, ep: str, n: int, name: str
             threads[name] = threads.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         busiest = sorted(threads.items(), key=lambda kv: -kv[1])[:4]
         print("worker CPU s by thread (whole run):", ", ".join(f"{k} {v:.1f}" for k, v in busiest))
-        return cpu_s(pid) - (cpu_at_first or 0.0), peak
+        return cpu_seconds(pid) - (cpu_at_first or 0.0), peak
     finally:
         proc.stop()
 

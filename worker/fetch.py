@@ -21,15 +21,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from ferry import log
 from worker.push import Record
 
 _log = log.get_logger(__name__)
 TP = tuple[str, int]
-EARLIEST = OFFSET_BEGINNING
-LATEST = OFFSET_END
 
 
 @dataclass
