@@ -24,10 +24,12 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from ferry import log
-from worker.push import Record
+from worker.push import NO_HEADERS, Record
 
 _log = log.get_logger(__name__)
 TP = tuple[str, int]
+Headers = tuple[tuple[str, bytes | None], ...]
+_HEADER_SETS_MAX = 4096
 
 
 @dataclass
@@ -65,6 +67,7 @@ class Fetcher:
         self.name = name
         self._on_batch = on_batch
         self._batch_size = batch_size
+        self._header_sets: dict[Headers, Headers] = {}
         self._ops: queue.SimpleQueue[tuple[str, TP, int]] = queue.SimpleQueue()
         self.assigned: set[TP] = set()
         self._running = False
@@ -141,25 +144,43 @@ class Fetcher:
                     continue
                 batch = Batch()
                 records = batch.records
-                last: tuple[str | None, int | None] = (None, None)
+                last_topic: str | None = None
+                last_p = -1
                 out: list[Record] = []
+                new = tuple.__new__  # Record without a Python frame (worker/push.py)
+                header_sets = self._header_sets
                 # Per record: C accessors and one Record, nothing more (this loop bounds fetch throughput).
                 for m in msgs:
                     err = m.error()
-                    topic, p = m.topic(), m.partition()
+                    p = m.partition()
                     if err is not None:
-                        tp = (cast(str, topic), cast(int, p))
+                        tp = (cast(str, m.topic()), cast(int, p))
                         if err.code() == KafkaError._PARTITION_EOF:
                             batch.eof[tp] = cast(int, m.offset())
                         else:
                             _log.warning("fetch.error", topic=tp[0], partition=tp[1], error=err.str())
                         continue
-                    if (topic, p) != last:
-                        last = (topic, p)
+                    topic = m.topic()
+                    if p != last_p or topic != last_topic:
+                        last_topic, last_p = topic, cast(int, p)
                         # Consumed messages always carry topic, partition and offset; the stubs say Optional.
-                        out = records.setdefault((cast(str, topic), cast(int, p)), [])
-                    _, ts = m.timestamp()
-                    out.append(Record(topic, p, m.offset(), m.key(), m.value(), m.headers() or [], ts))  # type: ignore[arg-type]
+                        out = records.setdefault((cast(str, topic), last_p), [])
+                    key, value = m.key(), m.value()
+                    size = (len(value) if value else 0) + (len(key) if key else 0) + 64  # as Record() computes it
+                    raw_headers = m.headers()
+                    if raw_headers:
+                        # One shared tuple per distinct header set: records of a topic mostly carry
+                        # the same few, and a list per record is one more object for the collector
+                        # to visit while the record waits in the window.
+                        hkey: Headers = tuple(raw_headers)  # type: ignore[arg-type]
+                        headers = header_sets.get(hkey)
+                        if headers is None:
+                            if len(header_sets) >= _HEADER_SETS_MAX:
+                                header_sets.clear()
+                            headers = header_sets[hkey] = hkey
+                    else:
+                        headers = NO_HEADERS
+                    out.append(new(Record, (topic, p, m.offset(), key, value, headers, m.timestamp()[1], size)))
                 for tp in batch.records:
                     try:
                         _, hw = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
