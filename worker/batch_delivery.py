@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ferry import log
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from worker.partition import PartitionRunner
 
 _log = log.get_logger(__name__)
+# Record.size (value + key + 64) bounds event_size(): event_size(r) <= 3 * r.size + 128.
+_raw_size = attrgetter("size")
 
 
 class BatchDispatcher:
@@ -60,7 +63,7 @@ class BatchDispatcher:
             return
         self._linger_due = False
         while True:
-            records = window.take_batch(self.cap, self.spec.max_bytes, event_size)
+            records = window.take_batch(self.cap, self.spec.max_bytes, event_size, _raw_size)
             if not records:
                 return
             runner.start_task(self._deliver(records))

@@ -18,6 +18,7 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 from ferry import log
@@ -33,6 +34,8 @@ from worker.retry import RetryPolicy, parse_retry_after
 from worker.window import Window
 
 _log = log.get_logger(__name__)
+_offset = attrgetter("offset")
+_size = attrgetter("size")
 
 
 class Lease:
@@ -104,9 +107,13 @@ class PartitionRunner:
         # Unknown until a restore or the first fetched offset says where this partition starts.
         self.merge: OffsetMerge | None = None
         self.next_offset: int | None = None
+        # Below this offset a fetched record may already be acknowledged (restored acked ranges);
+        # from it on nothing is, so feed() need not ask the merge record by record.
+        self._restored_end = 0
         if restored is not None:
             self.merge = OffsetMerge(restored.committed, restored.acked)
             self.next_offset = restored.committed
+            self._restored_end = max((hi for _, hi in restored.acked), default=0)
         self.high_watermark: int | None = None
         self.buffered_bytes = 0
         self.delivered = self.retried = self.dead_lettered = 0
@@ -126,7 +133,35 @@ class PartitionRunner:
     def feed(self, records: list[Record], high_watermark: int | None, eof: int | None) -> None:
         if self.closing:
             return
-        # Locals: this loop runs for every fetched record.
+        if records:
+            first, last = records[0].offset, records[-1].offset
+            if (
+                self.merge is not None
+                and first == self.next_offset
+                and last - first + 1 == len(records)
+                and first >= self._restored_end
+            ):
+                # The common case: the next offsets, no holes, none acknowledged yet.
+                self.window.add_many(records)
+                self.next_offset = last + 1
+                self.buffered_bytes += sum(map(_size, records))
+            else:
+                self._feed_each(records)
+        if eof is not None:
+            if self.merge is None:
+                self.merge = OffsetMerge(eof)
+                self.dirty = True
+            elif self.next_offset is not None and eof > self.next_offset:
+                self.merge.ack_range(self.next_offset, eof)
+                self.dirty = True
+            self.next_offset = max(self.next_offset or 0, eof)
+            self.high_watermark = eof
+        if high_watermark is not None:
+            self.high_watermark = max(self.high_watermark or 0, high_watermark)
+        self.pump()
+
+    def _feed_each(self, records: list[Record]) -> None:
+        """Record by record: after a re-seek, across holes in the log, or over restored acks."""
         merge, next_offset, add = self.merge, self.next_offset, self.window.add
         added = 0
         for r in records:
@@ -146,18 +181,6 @@ class PartitionRunner:
             added += r.size
         self.next_offset = next_offset
         self.buffered_bytes += added
-        if eof is not None:
-            if self.merge is None:
-                self.merge = OffsetMerge(eof)
-                self.dirty = True
-            elif self.next_offset is not None and eof > self.next_offset:
-                self.merge.ack_range(self.next_offset, eof)
-                self.dirty = True
-            self.next_offset = max(self.next_offset or 0, eof)
-            self.high_watermark = eof
-        if high_watermark is not None:
-            self.high_watermark = max(self.high_watermark or 0, high_watermark)
-        self.pump()
 
     def update(self, sub: Subscription) -> None:
         self.sub = sub
@@ -264,16 +287,12 @@ class PartitionRunner:
         self.pump()
 
     def acknowledged_many(self, records: list[Record], dead: bool) -> None:
-        """A batch's settled records (acknowledged or dead-lettered): one pass, one pump."""
+        """A batch's settled records (acknowledged or dead-lettered, ascending offsets): one pass, one pump."""
         assert self.merge is not None
-        ack, finish = self.merge.ack, self.window.finish
-        size = 0
-        # One O(1) ack per record: with key ordering a batch's offsets are rarely contiguous.
-        for record in records:
-            ack(record.offset)
-            finish(record)
-            size += record.size
-        self.buffered_bytes -= size
+        offsets = list(map(_offset, records))
+        self.merge.ack_many(offsets)
+        self.window.finish_offsets(offsets)
+        self.buffered_bytes -= sum(map(_size, records))
         self.dirty = True
         n = len(records)
         if dead:

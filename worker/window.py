@@ -21,8 +21,10 @@ dead-lettered). :meth:`clear` drops every pending record (release, fence).
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Hashable
+from collections import Counter, deque
+from collections.abc import Callable, Hashable, Iterable
+from itertools import islice, repeat
+from operator import attrgetter
 from typing import Generic, Protocol, TypeVar
 
 ORDERINGS = ("key", "partition", "none")
@@ -38,11 +40,11 @@ class HasOffset(Protocol):
 
 R = TypeVar("R", bound=HasOffset)
 
+_offset = attrgetter("offset")
 
-def _offset(item: HasOffset) -> int:
-    return item.offset
-
-
+# Lanes: a key's bytes (``key``), the offset itself (``none``, and null keys under ``key``), or
+# this one object (``partition``). bytes, ints and a tuple never compare equal, so no tuple per
+# record is needed to keep them apart.
 _PARTITION_LANE = ("partition",)
 
 
@@ -76,8 +78,8 @@ class Window(Generic[R]):
         if self.ordering == "partition":
             return _PARTITION_LANE
         if self.ordering == "key" and item.key is not None:
-            return ("key", item.key)
-        return ("offset", item.offset)
+            return item.key
+        return item.offset
 
     def add(self, item: R) -> None:
         """A fetched record, in offset order."""
@@ -89,6 +91,32 @@ class Window(Generic[R]):
                 self._ready.append(lane)
         queue.append(item)
         self.pending += 1
+
+    def add_many(self, items: list[R]) -> None:
+        """Fetched records, in offset order: :meth:`add` for each, in one pass (the fetch path)."""
+        if self.ordering == "partition":
+            queue = self._lanes.get(_PARTITION_LANE)
+            if queue is None:
+                queue = self._lanes[_PARTITION_LANE] = deque()
+                if _PARTITION_LANE not in self._busy:
+                    self._ready.append(_PARTITION_LANE)
+            queue.extend(items)
+            self.pending += len(items)
+            return
+        by_key = self.ordering == "key"
+        lanes, busy, ready = self._lanes, self._busy, self._ready
+        get = lanes.get
+        for item in items:
+            lane: Hashable = item.key if by_key else None
+            if lane is None:
+                lane = item.offset
+            q = get(lane)
+            if q is None:
+                q = lanes[lane] = deque()
+                if lane not in busy:
+                    ready.append(lane)
+            q.append(item)
+        self.pending += len(items)
 
     def take(self) -> list[R]:
         """Records that may start now; each is in flight until :meth:`finish`."""
@@ -105,18 +133,47 @@ class Window(Generic[R]):
             out.append(item)
         return out
 
-    def take_batch(self, max_records: int, max_bytes: int, size: Callable[[R], int]) -> list[R]:
+    def take_batch(
+        self, max_records: int, max_bytes: int, size: Callable[[R], int], raw_size: Callable[[R], int] | None = None
+    ) -> list[R]:
         """One batch that may start now, in offset order: whole runs of ready lanes until
         ``max_records``, ``max_bytes`` (by ``size``) or ``max_in_flight`` is reached. A record larger
         than ``max_bytes`` goes alone. Empty when nothing is ready. Every record is in flight until
-        :meth:`finish`; its lane stays busy until the last of them finishes."""
+        :meth:`finish`; its lane stays busy until the last of them finishes.
+
+        ``raw_size``, when given, is a cheap bound such that ``size(r) <= 3 * raw_size(r) + 128``:
+        a lane whose whole queue fits by that bound is taken without calling ``size`` per record
+        (the common case of small records and a large ``max_bytes``).
+        """
         out: list[R] = []
         room = min(max_records, self.max_in_flight - len(self._taken))
         used = count = 0
-        ready, lanes, taken = self._ready, self._lanes, self._taken
+        exact = True  # whether `used` is the exact sum of `size`, or only an upper bound
+        ready, lanes, taken, busy = self._ready, self._lanes, self._taken, self._busy
         while ready and count < room:
             lane = ready.popleft()
             queue = lanes[lane]
+            if raw_size is not None:
+                n = min(len(queue), room - count)
+                run = list(queue) if n == len(queue) else list(islice(queue, n))
+                bound = 3 * sum(map(raw_size, run)) + 128 * n
+                if used + bound <= max_bytes:
+                    out += run
+                    taken.update(zip(map(_offset, run), repeat(lane)))
+                    used += bound
+                    exact = False
+                    count += n
+                    busy[lane] = n
+                    self.pending -= n
+                    if n < len(queue):
+                        for _ in range(n):
+                            queue.popleft()
+                        break  # partly taken: as below
+                    del lanes[lane]
+                    continue
+            if not exact:
+                used = sum(map(size, out))
+                exact = True
             n = 0
             while queue and count < room:
                 item = queue[0]
@@ -132,7 +189,7 @@ class Window(Generic[R]):
             if n == 0:
                 ready.appendleft(lane)  # the batch is full by bytes; this lane starts the next one
                 break
-            self._busy[lane] = n
+            busy[lane] = n
             self.pending -= n
             if queue:
                 break  # partly taken: the rest waits until these finish (finish() makes it ready again)
@@ -154,6 +211,24 @@ class Window(Generic[R]):
         self._busy.pop(lane, None)
         if lane in self._lanes:
             self._ready.append(lane)
+
+    def finish_offsets(self, offsets: Iterable[int]) -> None:
+        """:meth:`finish` for the in-flight records at ``offsets``, counted per lane (a batch's acks)."""
+        taken = list(map(self._taken.pop, offsets, repeat(None)))
+        counts = Counter(taken)
+        busy, lanes, ready = self._busy, self._lanes, self._ready
+        # In the order of each lane's last record, as finish() one by one would make them ready.
+        for lane in reversed(dict.fromkeys(reversed(taken))):
+            if lane is None:
+                continue
+            n = counts[lane]
+            left = busy.get(lane, 1) - n
+            if left > 0:
+                busy[lane] = left
+                continue
+            busy.pop(lane, None)
+            if lane in lanes:
+                ready.append(lane)
 
     @property
     def in_flight(self) -> int:

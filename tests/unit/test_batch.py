@@ -57,14 +57,26 @@ def size(r: Rec) -> int:
         ("key", [None, None, "a"], 10, 100, [0, 1, 2], []),
     ],
 )
+@pytest.mark.parametrize("bulk", [False, True], ids=["one-by-one", "bulk"])
 def test_take_batch(
-    ordering: str, keys: list[str | None], max_records: int, max_in_flight: int, first: list[int], second: list[int]
+    ordering: str,
+    keys: list[str | None],
+    max_records: int,
+    max_in_flight: int,
+    first: list[int],
+    second: list[int],
+    bulk: bool,
 ) -> None:
+    """``bulk``: records added with add_many and taken with the raw-size bound (the worker's path)."""
     w: Window[Rec] = Window(ordering, max_in_flight)
-    for r in recs(*keys):
-        w.add(r)
-    assert offsets(w.take_batch(max_records, 10_000, size)) == first
-    assert offsets(w.take_batch(max_records, 10_000, size)) == second
+    raw = size if bulk else None
+    if bulk:
+        w.add_many(recs(*keys))
+    else:
+        for r in recs(*keys):
+            w.add(r)
+    assert offsets(w.take_batch(max_records, 10_000, size, raw)) == first
+    assert offsets(w.take_batch(max_records, 10_000, size, raw)) == second
     assert w.in_flight == len(first) + len(second)
     assert w.pending == len(keys) - w.in_flight
 
@@ -76,6 +88,50 @@ def test_take_batch_by_bytes_and_oversized_record_alone() -> None:
     assert offsets(w.take_batch(100, 100, size)) == [0, 1]
     assert offsets(w.take_batch(100, 100, size)) == [2]  # larger than max_bytes: alone
     assert offsets(w.take_batch(100, 100, size)) == [3]
+
+
+def test_raw_size_bound_falls_back_to_exact_sizes_near_max_bytes() -> None:
+    """The cheap bound (3 x raw + 128) would refuse the second lane; exact sizes admit it."""
+    w: Window[Rec] = Window("key", 100)
+    w.add_many([Rec(0, b"a", 40), Rec(1, b"b", 40), Rec(2, b"c", 30)])
+    assert offsets(w.take_batch(100, 110, size, size)) == [0, 1, 2]
+    w2: Window[Rec] = Window("key", 100)
+    w2.add_many([Rec(0, b"a", 40), Rec(1, b"b", 40), Rec(2, b"c", 31)])
+    assert offsets(w2.take_batch(100, 110, size, size)) == [0, 1]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_bulk_paths_agree_with_one_by_one(seed: int) -> None:
+    """add_many / take_batch with the bound / finish_offsets give the batches add / take_batch /
+    finish give, over random keys, limits and acknowledgement orders."""
+    rng = random.Random(seed)
+    ordering = rng.choice(["key", "partition", "none"])
+    items = [Rec(i, rng.choice([b"a", b"b", b"c", b"d", None]), rng.randrange(1, 60)) for i in range(300)]
+    one: Window[Rec] = Window(ordering, 40)
+    many: Window[Rec] = Window(ordering, 40)
+    fed = 0
+    in_flight: list[list[Rec]] = []
+    while fed < len(items) or one.in_flight:
+        chunk = items[fed : fed + rng.randrange(1, 30)]
+        fed += len(chunk)
+        for r in chunk:
+            one.add(r)
+        many.add_many(chunk)
+        while True:
+            a = one.take_batch(8, 300, size)
+            b = many.take_batch(8, 300, size, size)
+            assert a == b
+            if not a:
+                break
+            in_flight.append(a)
+        rng.shuffle(in_flight)
+        done = rng.randrange(0, len(in_flight) + 1)
+        for batch in in_flight[:done]:
+            for r in batch:
+                one.finish(r)
+            many.finish_offsets([r.offset for r in batch])
+        in_flight = in_flight[done:]
+        assert (one.in_flight, one.pending) == (many.in_flight, many.pending)
 
 
 def test_lane_stays_busy_until_its_whole_batch_finished() -> None:

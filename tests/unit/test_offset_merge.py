@@ -131,6 +131,46 @@ def test_mixed_acks_and_ranges_agree_with_a_set(seed: int) -> None:
     assert (m.committed, m.acked) == (max(done) + 1, ())
 
 
+@pytest.mark.parametrize(
+    ("start", "batches", "committed", "acked"),
+    [
+        (0, [[0, 1, 2]], 3, ()),  # contiguous at the watermark: one step
+        (0, [[1, 2], [0]], 3, ()),
+        (0, [[2, 5, 9], [0, 1]], 3, ((5, 6), (9, 10))),  # sparse (a key-ordered batch)
+        (10, [[3, 9, 10, 12]], 11, ((12, 13),)),  # offsets below the watermark are ignored
+        (0, [[4, 5, 6], [0, 1, 2, 3]], 7, ()),  # contiguous below a range: walks through it
+        (0, [[1], [1, 2], [0]], 3, ()),  # a repeat across batches
+    ],
+)
+def test_ack_many(start: int, batches: list[list[int]], committed: int, acked: tuple[tuple[int, int], ...]) -> None:
+    m = OffsetMerge(start)
+    for b in batches:
+        m.ack_many(b)
+    assert (m.committed, m.acked) == (committed, acked)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ack_many_agrees_with_single_acks(seed: int) -> None:
+    """Batches of ascending offsets (as a batch carries them) give the state single acks give,
+    across folds (more than FOLD_AT acks above a stuck head)."""
+    rng = random.Random(seed)
+    n = 3 * offset_merge.FOLD_AT
+    order = list(range(1, n))
+    rng.shuffle(order)
+    order.append(0)
+    many, single = OffsetMerge(0), OffsetMerge(0)
+    i = 0
+    while i < len(order):
+        batch = sorted(order[i : i + rng.randrange(1, 200)])
+        i += len(batch)
+        many.ack_many(batch)
+        for o in batch:
+            single.ack(o)
+        if rng.random() < 0.1:
+            assert (many.committed, many.acked) == (single.committed, single.acked)
+    assert (many.committed, many.acked) == (single.committed, single.acked) == (n, ())
+
+
 def test_stuck_head_stays_one_range() -> None:
     """The head record is in retries while far more than FOLD_AT records above it are acked:
     memory and the state stay one range, and the head's ack releases all of it at once."""
