@@ -10,12 +10,12 @@ timeout, offset state is flushed), and the process exits 0.
 from __future__ import annotations
 
 import asyncio
-import gc
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
 from ferry import health, log
 from ferry.config import Settings
+from worker import gc_pacing
 from worker.engine import Engine
 
 _log = log.get_logger(__name__)
@@ -30,18 +30,8 @@ def _runner() -> asyncio.Runner:
     return asyncio.Runner(loop_factory=uvloop.new_event_loop)
 
 
-def tune_gc() -> None:
-    """The push path allocates a few objects per record, most short-lived, while thousands stay
-    buffered in the windows. With CPython's defaults (a collection every 700 allocations, full
-    ones over every object the imports created) the collector cost ~7 µs per record, as much as
-    building and pushing it (bench/batch.py). Start-up objects are frozen out of collections and
-    the young generation is collected every 10,000 allocations instead."""
-    gc.freeze()
-    gc.set_threshold(10_000, 20, 100)
-
-
 def main(settings: Settings, assignment_file: str | None = None) -> int:
-    tune_gc()
+    gc_pacing.freeze_start_up()
     with _runner() as runner:
         return runner.run(serve(settings, assignment_file))
 
@@ -67,6 +57,7 @@ async def serve(settings: Settings, assignment_file: str | None = None) -> int:
         json_routes={"/stats": lambda: {"worker": worker_id, "partitions": engine.stats()}},
     )
     _log.info("worker.starting", worker=worker_id, metrics_port=port, static=bool(assignment_file))
+    collector = asyncio.create_task(gc_pacing.run())
     try:
         await engine.start()
         if assignment_file:
@@ -93,5 +84,6 @@ async def serve(settings: Settings, assignment_file: str | None = None) -> int:
         await engine.stop()
         return 0
     finally:
+        collector.cancel()
         await http.cleanup()
         _log.info("worker.stopped", worker=worker_id)
