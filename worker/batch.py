@@ -99,12 +99,13 @@ class EventEncoder:
         # Records of a topic mostly carry the same few header sets (content-type, schema, ...).
         self._header_sets: dict[tuple[tuple[str, bytes | None], ...], tuple[str, bool, str]] = {}
 
-    def _time(self, ms: int) -> str:
+    def _second_of(self, ms: int) -> tuple[int, str]:
+        """(the second of ``ms``, formatted up to the seconds); formatted once per second."""
         second = ms // 1000
         if second != self._second:
             self._second = second
             self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return f"{self._second_text}.{ms % 1000:03d}Z"
+        return second, self._second_text
 
     def _content_type(self, raw: bytes | None) -> tuple[str, bool]:
         """(the escaped ``datacontenttype`` value, whether it names JSON)."""
@@ -156,20 +157,26 @@ class EventEncoder:
         topic: str | None = None
         partition = -1
         id_head = kafka_attrs = ""
+        # Records of a topic share one headers tuple (worker/fetch.py): an identity check saves
+        # hashing it per record.
+        last_headers: object = None
+        ctype, json_type, extra = plain
+        second, second_text = self._second, self._second_text
         for r, attempt in zip(records, attempts, strict=True):
             headers = r.headers
-            if headers:
-                hkey = tuple(headers)
-                found = header_sets.get(hkey) or self._header_set(hkey)
-            else:
-                found = plain
-            ctype, json_type, extra = found
+            if headers is not last_headers:
+                last_headers = headers
+                if headers:
+                    hkey = tuple(headers)
+                    ctype, json_type, extra = header_sets.get(hkey) or self._header_set(hkey)
+                else:
+                    ctype, json_type, extra = plain
             if r.partition != partition or r.topic != topic:
                 topic, partition = r.topic, r.partition
                 id_head, kafka_attrs = self._where_of(topic, partition)
             ms = r.timestamp_ms
-            if ms // 1000 != self._second:
-                self._time(ms)
+            if ms // 1000 != second:
+                second, second_text = self._second_of(ms)
             key = r.key
             key_attr = "" if key is None else (keys.get(key) or self._key(key))
             value = r.value
@@ -185,7 +192,7 @@ class EventEncoder:
             else:
                 data = ',"data_base64":"' + base64.b64encode(value).decode() + '"'
             append(
-                f'{id_head}{offset}","time":"{self._second_text}{_MILLIS[ms % 1000]}","datacontenttype":{ctype}'
+                f'{id_head}{offset}","time":"{second_text}{_MILLIS[ms % 1000]}","datacontenttype":{ctype}'
                 f'{kafka_attrs}{offset},"ferryattempt":{attempt}{key_attr}{extra}{data}}}'
             )
         return out
