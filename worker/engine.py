@@ -72,7 +72,8 @@ class Engine:
         self._flush_task: asyncio.Task[None] | None = None
         self.started = False
         self.kafka_unconfirmed = False
-        """Some final offset write or group commit went unconfirmed: Kafka is not answering."""
+        """The latest release's final writes or group commits went unconfirmed: Kafka is not
+        answering, so closing does not wait for the producer to flush."""
 
     async def start(self) -> None:
         self._producer = AsyncProducer(self.settings.kafka.client_config())
@@ -281,7 +282,6 @@ class Engine:
                     # is not reported as confirmed.
                     fut.add_done_callback(lambda f: f.cancelled() or f.exception())
         if unconfirmed:
-            self.kafka_unconfirmed = True
             _log.warning(
                 "offsets.final_state_unconfirmed",
                 partitions=[ref.key() for ref in unconfirmed],
@@ -290,9 +290,10 @@ class Engine:
                 outcome="the next owner restores the last confirmed state and redelivers from it"
                 " (at-least-once: nothing acknowledged is lost, some records may come twice)",
             )
-        if not await self._store.commit_groups(timeout_s=max(0.0, deadline - time.monotonic())):
-            self.kafka_unconfirmed = True
+        committed = await self._store.commit_groups(timeout_s=max(0.0, deadline - time.monotonic()))
+        if not committed:
             _log.warning("offsets.group_commit_unconfirmed", timeout_ms=timeout_ms)
+        self.kafka_unconfirmed = bool(unconfirmed) or not committed
         return unconfirmed
 
     async def _flush_loop(self) -> None:
