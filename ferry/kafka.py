@@ -60,6 +60,88 @@ def partition_counts(
     return out
 
 
+TP = tuple[str, int]
+
+
+def read_partitions_to_end(
+    consumer: Consumer,
+    starts: Mapping[TP, int],
+    on_message: Callable[[Message], None] | None = None,
+    *,
+    until: Callable[[Message], bool] | None = None,
+    stop_at: Mapping[TP, int] | None = None,
+    rewind_after_s: float | None = None,
+    timeout_s: float = 30.0,
+    ignore_errors: bool = False,
+) -> dict[TP, int]:
+    """Read each (topic, partition) of ``starts`` forward from its start offset (or
+    ``OFFSET_BEGINNING``) to its end; returns where each ended. The end is the offset of partition
+    EOF: the high watermark carried by the fetch response, never ListOffsets, which some brokers
+    (the embedded one) answer wrongly. Every record read on the way goes to ``on_message``.
+
+    - ``until``: a record for which it is true ends its partition there (result: its offset; it
+      is not passed to ``on_message``).
+    - ``stop_at``: per partition, an offset to stop before (result: that offset).
+    - ``rewind_after_s``: the starts are only hints (a high watermark from ListOffsets, a
+      committed offset) and may be past the end, from where such a broker never answers EOF: a
+      partition that gave neither a record nor EOF within this many seconds is read again from its
+      beginning. ``None``: the starts are positions to read on from, never rewound.
+    - ``ignore_errors``: consumer errors other than EOF are skipped (the deadline still holds)
+      instead of raising.
+
+    ``consumer`` (from :func:`reader`) is left open and unassigned. Raises
+    :class:`KafkaUnavailable` when a partition reaches no end within ``timeout_s``, or on a
+    consumer error.
+    """
+    waiting = set(starts)
+    quiet = set(starts)  # nothing read yet: a start past the end looks like this
+    ends: dict[TP, int] = {}
+    consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
+    started = time.monotonic()
+    rewound = rewind_after_s is None
+    try:
+        while waiting:
+            elapsed = time.monotonic() - started
+            if elapsed > timeout_s:
+                raise KafkaUnavailable(f"partitions {sorted(waiting)} reached no end within {timeout_s:g} s")
+            if not rewound and elapsed > cast(float, rewind_after_s):
+                rewound = True
+                if waiting & quiet:
+                    # Assigning replaces the whole assignment: the others go on from where they are.
+                    going = consumer.position([TopicPartition(t, p) for t, p in waiting - quiet])
+                    consumer.assign([*(TopicPartition(t, p, OFFSET_BEGINNING) for t, p in waiting & quiet), *going])
+            # consume() waits out its timeout unless the batch fills: short, so reaching the end is quick.
+            for msg in consumer.consume(1000, 0.01):
+                tp = (cast(str, msg.topic()), cast(int, msg.partition()))
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if tp in waiting:
+                            ends[tp] = cast(int, msg.offset())
+                            waiting.discard(tp)
+                        continue
+                    if ignore_errors:
+                        continue
+                    raise KafkaUnavailable(f"reading {tp[0]}[{tp[1]}]: {err.str()}")
+                if tp not in waiting:
+                    continue
+                quiet.discard(tp)
+                offset = cast(int, msg.offset())
+                if stop_at is not None and tp in stop_at and offset >= stop_at[tp]:
+                    ends[tp] = stop_at[tp]
+                elif until is not None and until(msg):
+                    ends[tp] = offset
+                else:
+                    if on_message is not None:
+                        on_message(msg)
+                    continue
+                waiting.discard(tp)
+                consumer.pause([TopicPartition(*tp)])
+    finally:
+        consumer.unassign()
+    return ends
+
+
 def read_to_end(
     client_config: Mapping[str, Any],
     topic: str,
@@ -69,7 +151,8 @@ def read_to_end(
     stop_at: Mapping[int, int] | None = None,
     consumer: Consumer | None = None,
 ) -> dict[int, int]:
-    """Read every partition of ``topic`` from ``start`` (default: beginning) to its end.
+    """Read every partition of ``topic`` from ``start`` (default: beginning) to its end
+    (:func:`read_partitions_to_end`; the starts are positions, never rewound).
 
     ``stop_at`` optionally gives, per partition, an offset to stop before. ``consumer`` (from
     :func:`reader`) is reused and left open: repeated reads then skip connecting to the brokers.
@@ -79,7 +162,6 @@ def read_to_end(
     owned = consumer is None
     if consumer is None:
         consumer = reader(client_config)
-    ends: dict[int, int] = {}
     try:
         try:
             meta = consumer.list_topics(topic, timeout=min(timeout_s, 10.0)).topics.get(topic)
@@ -87,38 +169,18 @@ def read_to_end(
             raise KafkaUnavailable(f"cannot read metadata of {topic!r}: {exc}") from None
         if meta is None or meta.error is not None or not meta.partitions:
             return {}
-        parts = range(len(meta.partitions))
-        consumer.assign([TopicPartition(topic, p, (start or {}).get(p, OFFSET_BEGINNING)) for p in parts])
-        waiting = set(parts)
-        deadline = time.monotonic() + timeout_s
-        while waiting:
-            if time.monotonic() > deadline:
-                raise KafkaUnavailable(f"reading {topic!r} did not reach the end of partitions {sorted(waiting)}")
-            # consume() waits out its timeout unless 500 arrive: short, so reaching the end is quick.
-            for msg in consumer.consume(500, 0.01):
-                p = cast(int, msg.partition())
-                offset = cast(int, msg.offset())
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        ends[p] = offset
-                        waiting.discard(p)
-                        continue
-                    raise KafkaUnavailable(f"reading {topic!r}: {err}")
-                if p not in waiting:
-                    continue
-                if stop_at is not None and p in stop_at and offset >= stop_at[p]:
-                    ends[p] = stop_at[p]
-                    waiting.discard(p)
-                    consumer.pause([TopicPartition(topic, p)])
-                    continue
-                on_message(msg)
+        starts = {(topic, p): (start or {}).get(p, OFFSET_BEGINNING) for p in range(len(meta.partitions))}
+        ends = read_partitions_to_end(
+            consumer,
+            starts,
+            on_message,
+            stop_at={(topic, p): o for p, o in (stop_at or {}).items()},
+            timeout_s=timeout_s,
+        )
+        return {p: end for (_, p), end in ends.items()}
     finally:
         if owned:
             consumer.close()
-        else:
-            consumer.unassign()
-    return ends
 
 
 def reader(client_config: Mapping[str, Any]) -> Consumer:

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from typing import Any, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from ferry import kafka, zkpaths
@@ -27,6 +27,8 @@ from ferry.subscription import PartitionRef, Subscription
 from ferry.zk import make_client
 
 SCAN_TIMEOUT_S = 10.0
+HINT_TIMEOUT_S = 3.0
+"""A partition end read from a hint that gives nothing for this long is read from its beginning."""
 
 
 class ClusterBusy(FerryError):
@@ -152,46 +154,55 @@ class Cluster:
             return {ref: table.get(encode_key(ref)) for ref in refs}
 
     def _consumer(self) -> Consumer:
-        return Consumer(
-            {
-                **self.cfg,
-                "group.id": "ferry.portal",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-                "fetch.wait.max.ms": 10,
-                "fetch.queue.backoff.ms": 10,
-            }
-        )
+        return kafka.reader({**self.cfg, "group.id": "ferry.portal"})
 
     def scan(self, topic: str, partition: int, start: int, until_ts_ms: int | None = None) -> int:
         """Read forward from ``start`` to the partition's end; returns the end offset, or with
         ``until_ts_ms`` the first offset whose timestamp is at or after it (else the end)."""
         c = self._consumer()
         try:
-            c.assign([TopicPartition(topic, partition, start)])
-            deadline = time.monotonic() + SCAN_TIMEOUT_S
-            while time.monotonic() < deadline:
-                for m in c.consume(1000, 0.01):
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            return cast(int, m.offset())
-                        continue
-                    if until_ts_ms is not None and m.timestamp()[1] >= until_ts_ms:
-                        return cast(int, m.offset())
-            raise ClusterBusy(f"reading {topic}[{partition}] did not reach its end within {SCAN_TIMEOUT_S:.0f} s")
+            return self._read_to_end(c, topic, partition, start, until_ts_ms=until_ts_ms)
         finally:
             c.close()
 
     def end_offset(self, topic: str, partition: int, hint: int = 0) -> int:
+        """The partition's true end, read from the highest of ``hint`` and ListOffsets' answer (rewound
+        to the beginning if that is past the end)."""
         c = self._consumer()
         try:
-            _, hw = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=5, cached=False)
-        except Exception:
-            hw = 0
+            try:
+                _, hw = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=5, cached=False)
+            except Exception:
+                hw = 0
+            start = max(hint, hw, 0) if hw >= 0 else max(hint, 0)
+            return self._read_to_end(c, topic, partition, start, rewind_after_s=HINT_TIMEOUT_S)
         finally:
             c.close()
-        return self.scan(topic, partition, max(hint, hw, 0) if hw >= 0 else max(hint, 0))
+
+    @staticmethod
+    def _read_to_end(
+        c: Consumer,
+        topic: str,
+        partition: int,
+        start: int,
+        until_ts_ms: int | None = None,
+        rewind_after_s: float | None = None,
+    ) -> int:
+        until = None if until_ts_ms is None else (lambda m: m.timestamp()[1] >= until_ts_ms)
+        try:
+            ends = kafka.read_partitions_to_end(
+                c,
+                {(topic, partition): start},
+                until=until,
+                rewind_after_s=rewind_after_s,
+                timeout_s=SCAN_TIMEOUT_S,
+                ignore_errors=True,
+            )
+        except kafka.KafkaUnavailable:
+            raise ClusterBusy(
+                f"reading {topic}[{partition}] did not reach its end within {SCAN_TIMEOUT_S:.0f} s"
+            ) from None
+        return ends[(topic, partition)]
 
     def start_offset(self, topic: str, partition: int) -> int:
         """The first offset still in the log (or the end when empty)."""

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ferry import log
@@ -22,17 +24,33 @@ from ferry.config import Settings
 from ferry.netguard import EndpointPolicy
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
+from worker.blocking import close_within
 from worker.deadletter import DeadLetterSink
 from worker.fetch import TP, Batch, Fetcher
 from worker.metrics import WorkerMetrics
 from worker.offset_store import OffsetStore
 from worker.partition import Context, Lease, PartitionRunner
-from worker.producer import AsyncProducer
+from worker.producer import PURGED_REPORTS_S, AsyncProducer
 from worker.push import PushClient
 from worker.start_offsets import StartOffsets
 
 _log = log.get_logger(__name__)
 MIN_PREFETCH_BYTES = 64 * 1024
+MIN_FINAL_WRITE_MS = 1_000
+MAX_FINAL_WRITE_MS = 10_000
+CLOSE_GRACE_S = 2.0
+"""On stop, how long closing the clients may take when Kafka answers (the producer's last
+deliveries, the consumers' closes); a close still running after it is left behind."""
+
+
+def final_write_timeout_ms(drain_timeout_ms: int) -> int:
+    """How long a release waits for its final offset writes (and group commits) to be confirmed:
+    half the drain timeout, at least 1 s and at most 10 s (5 s with the default drain timeout).
+    Past it the worker goes on without the confirmation; the next owner then restores the last
+    confirmed state and redelivers what came after it (at-least-once). The cap keeps a whole
+    SIGTERM (drain + this + closing the clients) inside the Helm chart's grace period, the drain
+    timeout + 20 s."""
+    return min(max(drain_timeout_ms // 2, MIN_FINAL_WRITE_MS), MAX_FINAL_WRITE_MS)
 
 
 def prefetch_bytes_per_partition(per_partition: int, budget: int, owned: int) -> int:
@@ -53,6 +71,9 @@ class Engine:
         self._fetchers: list[Fetcher] = []
         self._flush_task: asyncio.Task[None] | None = None
         self.started = False
+        self.kafka_unconfirmed = False
+        """The latest release's final writes or group commits went unconfirmed: Kafka is not
+        answering, so closing does not wait for the producer to flush."""
 
     async def start(self) -> None:
         self._producer = AsyncProducer(self.settings.kafka.client_config())
@@ -149,30 +170,48 @@ class Engine:
                 continue  # released meanwhile
             runner.feed(batch.records.get(tp, []), batch.high_watermarks.get(tp), batch.eof.get(tp))
 
-    async def release(self, ref: PartitionRef, drain_timeout_ms: int | None = None) -> None:
-        runner = self._runners.pop(ref, None)
-        if runner is None:
-            return
+    async def release(self, ref: PartitionRef, drain_timeout_ms: int | None = None) -> bool:
+        """Release one partition (see :meth:`release_many`); False if its final state was not confirmed."""
+        return not await self.release_many([ref], drain_timeout_ms)
+
+    async def release_many(self, refs: list[PartitionRef], drain_timeout_ms: int | None = None) -> list[PartitionRef]:
+        """Release partitions together: stop fetching them, drain their in-flight pushes in
+        parallel (up to the drain timeout), then write their final offset states and commit the
+        watermarks, waiting for the broker's confirmation at most :func:`final_write_timeout_ms`.
+        Returns the partitions whose final state was not confirmed in time, after naming them in
+        one ``offsets.final_state_unconfirmed`` line."""
+        runners: list[PartitionRunner] = []
+        for ref in refs:
+            runner = self._runners.pop(ref, None)
+            if runner is None:
+                continue
+            fetcher = self._fetch_of.pop(ref)
+            tp = (ref.topic, ref.partition)
+            fetcher.unassign(tp)
+            self._routes.pop((fetcher.name, tp), None)
+            runners.append(runner)
+        if not runners:
+            return []
         started = time.monotonic()
-        fetcher = self._fetch_of.pop(ref)
-        tp = (ref.topic, ref.partition)
-        fetcher.unassign(tp)
-        self._routes.pop((fetcher.name, tp), None)
         drain_ms = self.settings.worker.drain_timeout_ms if drain_timeout_ms is None else drain_timeout_ms
-        await runner.release(drain_ms / 1000)
-        await self._write(runner)
-        await self._store.commit_groups()
+        await asyncio.gather(*(r.release(drain_ms / 1000) for r in runners))
+        unconfirmed = await self._final_writes(runners)
         self._owned_changed()
-        self.metrics.handoffs.labels(direction="released").inc()
-        with contextlib.suppress(KeyError):
-            self.metrics.lag.remove(ref.subscription, ref.topic, str(ref.partition))
-        _log.info(
-            "partition.released",
-            key=ref.key(),
-            epoch=runner.epoch,
-            committed=runner.merge.committed if runner.merge else None,
-            release_ms=int((time.monotonic() - started) * 1000),
-        )
+        release_ms = int((time.monotonic() - started) * 1000)
+        for runner in runners:
+            ref = runner.ref
+            self.metrics.handoffs.labels(direction="released").inc()
+            with contextlib.suppress(KeyError):
+                self.metrics.lag.remove(ref.subscription, ref.topic, str(ref.partition))
+            _log.info(
+                "partition.released",
+                key=ref.key(),
+                epoch=runner.epoch,
+                committed=runner.merge.committed if runner.merge else None,
+                confirmed=ref not in unconfirmed,
+                release_ms=release_ms,
+            )
+        return unconfirmed
 
     async def update_subscription(self, sub: Subscription) -> None:
         for ref, runner in self._runners.items():
@@ -214,6 +253,49 @@ class Engine:
             return
         self.metrics.commits.labels(subscription=runner.ref.subscription).inc()
 
+    async def _final_writes(self, runners: list[PartitionRunner]) -> list[PartitionRef]:
+        """Write each runner's final state, then commit the groups, all within one bound; the
+        partitions whose write the broker did not confirm within it (or refused)."""
+        timeout_ms = final_write_timeout_ms(self.settings.worker.drain_timeout_ms)
+        deadline = time.monotonic() + timeout_ms / 1000
+        writes: dict[asyncio.Future[None], PartitionRunner] = {}
+        for runner in runners:
+            state = runner.state()
+            if state is None:
+                continue  # nothing fetched, nothing restored: no state to keep
+            runner.dirty = False
+            writes[asyncio.ensure_future(self._store.write(runner.ref, state, runner.sub.group_id))] = runner
+        unconfirmed: list[PartitionRef] = []
+        errors: dict[str, str] = {}
+        if writes:
+            done, _ = await asyncio.wait(writes, timeout=timeout_ms / 1000)
+            for fut, runner in writes.items():
+                if fut in done and fut.exception() is None:
+                    self.metrics.commits.labels(subscription=runner.ref.subscription).inc()
+                    continue
+                unconfirmed.append(runner.ref)
+                if fut in done:
+                    errors[runner.ref.key()] = str(fut.exception())
+                else:
+                    # Still queued in the producer: it may yet land (a lower epoch than the next
+                    # owner's, so harmless), or be purged when the worker stops. Either way it
+                    # is not reported as confirmed.
+                    fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+        if unconfirmed:
+            _log.warning(
+                "offsets.final_state_unconfirmed",
+                partitions=[ref.key() for ref in unconfirmed],
+                timeout_ms=timeout_ms,
+                errors=errors,
+                outcome="the next owner restores the last confirmed state and redelivers from it"
+                " (at-least-once: nothing acknowledged is lost, some records may come twice)",
+            )
+        committed = await self._store.commit_groups(timeout_s=max(0.0, deadline - time.monotonic()))
+        if not committed:
+            _log.warning("offsets.group_commit_unconfirmed", timeout_ms=timeout_ms)
+        self.kafka_unconfirmed = bool(unconfirmed) or not committed
+        return unconfirmed
+
     async def _flush_loop(self) -> None:
         interval_s = self.settings.worker.offset_flush_interval_ms / 1000
         while True:
@@ -231,16 +313,26 @@ class Engine:
                 self.metrics.in_flight.labels(name).set(n)
 
     async def stop(self, drain_timeout_ms: int | None = None) -> None:
-        """Release everything gracefully (drains in parallel), then close the clients."""
-        await asyncio.gather(*(self.release(ref, drain_timeout_ms) for ref in list(self._runners)))
+        """Release everything gracefully (drains in parallel), then close the clients.
+
+        Bounded even when Kafka is unreachable: the releases wait for their final writes at
+        most :func:`final_write_timeout_ms`; then, if anything went unconfirmed, the producer
+        purges what it still holds at once instead of flushing, and every client gets
+        :data:`CLOSE_GRACE_S` to close before it is left behind."""
+        await self.release_many(list(self._runners), drain_timeout_ms)
         if self._flush_task is not None:
             self._flush_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flush_task
-        for f in self._fetchers:
-            await asyncio.to_thread(f.stop)
         await self._client.close()
-        self._starts.close()
-        await asyncio.to_thread(self._producer.close)
-        self._store.close()
+        flush_s = 0.0 if self.kafka_unconfirmed else CLOSE_GRACE_S
+        closers: dict[str, Callable[[], object]] = {
+            f"fetcher-{f.name}": functools.partial(f.stop, CLOSE_GRACE_S) for f in self._fetchers
+        }
+        closers["producer"] = functools.partial(self._producer.close, flush_s)
+        closers["start-offsets"] = self._starts.close
+        closers["offset-store"] = self._store.close
+        left = await close_within(closers, CLOSE_GRACE_S + PURGED_REPORTS_S)
+        if left:
+            _log.warning("engine.clients_left_open", worker=self.worker_id, clients=left)
         _log.info("engine.stopped", worker=self.worker_id)

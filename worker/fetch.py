@@ -96,10 +96,11 @@ class Fetcher:
     def resume(self, tp: TP) -> None:
         self._ops.put(("resume", tp, 0))
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Blocking: the poll thread ends its current ``consume()`` and closes the consumer."""
         self._running = False
         if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._thread.join(timeout=timeout_s)
 
     # --- the poll thread -----------------------------------------------------------------
 

@@ -11,7 +11,9 @@
   the latest per key) and queues the watermark for Kafka group ``ferry.<subscription>``;
   ``commit_groups()`` then commits everything queued with one call per group, so a flush of a
   thousand partitions costs one round trip per subscription, not one per partition. Group
-  commits are best effort, for lag tools: the offsets topic is the source of truth.
+  commits are best effort, for lag tools: the offsets topic is the source of truth. They run in
+  daemon threads (:mod:`worker.blocking`) and can be waited for with a bound: with no coordinator
+  reachable, librdkafka holds a commit for ``session.timeout.ms`` (45 s).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ferry import kafka, log
 from ferry.errors import OffsetRecordError
 from ferry.offsets import OffsetState, StaleOffsetRecord, StateTable, encode_key, encode_value
 from ferry.subscription import PartitionRef
+from worker.blocking import in_daemon_thread
 from worker.coalesce import Coalesced
 from worker.producer import AsyncProducer
 
@@ -41,6 +44,7 @@ class OffsetStore:
         self._committers: dict[str, Consumer] = {}
         self._to_commit: dict[str, dict[tuple[str, int], int]] = {}
         self._commit_lock = asyncio.Lock()
+        self._committing: asyncio.Future[None] | None = None
         self._restores: Coalesced[PartitionRef, OffsetState | None] = Coalesced(self.read_states)
         # Kept open between restores (used by one read at a time): a handoff's restore then
         # skips connecting to the brokers, which was most of its time.
@@ -86,13 +90,27 @@ class OffsetStore:
         await self._producer.send(self.topic, encode_value(state), key=encode_key(ref))
         self._to_commit.setdefault(group_id, {})[(ref.topic, ref.partition)] = state.committed
 
-    async def commit_groups(self) -> None:
-        """Commit every queued watermark: one blocking call per group, off the event loop."""
-        # One commit at a time, so an older watermark never lands after a newer one.
-        async with self._commit_lock:
-            if self._to_commit:
-                queued, self._to_commit = self._to_commit, {}
-                await asyncio.to_thread(self._commit, queued)
+    async def commit_groups(self, timeout_s: float | None = None) -> bool:
+        """Commit every queued watermark: one blocking call per group, off the event loop.
+
+        With ``timeout_s``, waits at most that long (for an earlier commit still under way, then
+        for this one) and returns False if the commits did not finish: they go on in their daemon
+        thread, and a later call waits for them first. A commit that failed still counts as
+        finished (it is logged; group commits are best effort)."""
+        try:
+            async with asyncio.timeout(timeout_s), self._commit_lock:
+                # One commit at a time, so an older watermark never lands after a newer one, even
+                # when the caller who started the older one stopped waiting for it.
+                if self._committing is not None and not self._committing.done():
+                    await asyncio.wait({self._committing})  # its outcome was its own caller's
+                if self._to_commit:
+                    queued, self._to_commit = self._to_commit, {}
+                    job = self._committing = in_daemon_thread(self._commit, queued, name="ferry-group-commit")
+                    job.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved if abandoned
+                    await asyncio.shield(job)
+        except TimeoutError:
+            return False
+        return True
 
     def _commit(self, queued: Mapping[str, Mapping[tuple[str, int], int]]) -> None:
         for group_id, offsets in queued.items():
@@ -107,6 +125,7 @@ class OffsetStore:
                 _log.warning("offsets.group_commit_failed", group=group_id, partitions=len(offsets), error=str(exc))
 
     def close(self) -> None:
+        """Blocking: closing a committer waits for its commit under way (see :mod:`worker.blocking`)."""
         if self._reader_consumer is not None:
             self._reader_consumer.close()
             self._reader_consumer = None

@@ -8,6 +8,7 @@ dead-lettered record counts as acknowledged only once the broker confirmed it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -15,6 +16,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ferry.errors import FerryError
+
+PURGED_REPORTS_S = 1.0
+"""After a purge, how long closing waits for librdkafka to hand back the purged records' reports."""
 
 
 class ProduceFailed(FerryError):
@@ -64,7 +68,8 @@ class AsyncProducer:
                 else:
                     fut.set_exception(ProduceFailed(f"producing to {topic!r} failed: {err.str()}"))
 
-            loop.call_soon_threadsafe(settle)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this record
+                loop.call_soon_threadsafe(settle)
 
         self.produce(topic, value, key, headers, done)
         await fut
@@ -93,7 +98,16 @@ class AsyncProducer:
         """Wait for outstanding deliveries; returns how many are still unconfirmed."""
         return int(self._producer.flush(timeout_s))
 
-    def close(self, timeout_s: float = 10.0) -> None:
-        self.flush(timeout_s)
+    def close(self, timeout_s: float = 10.0) -> int:
+        """Wait up to ``timeout_s`` for outstanding deliveries, then purge whatever is left, so
+        closing never waits on an unreachable broker (librdkafka would retry each record for
+        ``message.timeout.ms``, 5 minutes). A purged record's sender gets :class:`ProduceFailed`:
+        it is never reported as confirmed. Returns how many records were purged."""
+        left = self.flush(timeout_s)
+        if left:
+            self._producer.purge(in_queue=True, in_flight=True)
+            # Serve the purged records' delivery reports (each a failure) while the loop still runs.
+            self._producer.flush(PURGED_REPORTS_S)
         self._running = False
         self._thread.join(timeout=2)
+        return left

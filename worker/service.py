@@ -4,7 +4,10 @@ Starts the engine and its health/metrics server, then takes partitions from the 
 static assignment file when given, else ZooKeeper (the coordinator's assignments). SIGTERM or
 SIGINT drains gracefully: the source stops taking work (under ZooKeeper it deregisters first so
 the leader moves the partitions), every partition is released (in-flight pushes get the drain
-timeout, offset state is flushed), and the process exits 0.
+timeout, offset state is flushed, waiting for the broker's confirmation at most
+:func:`worker.engine.final_write_timeout_ms`), and the process exits 0 — also when Kafka is
+unreachable and the final state could not be confirmed (one ``offsets.final_state_unconfirmed``
+line says which partitions; the next owner redelivers from their last confirmed state).
 """
 
 from __future__ import annotations

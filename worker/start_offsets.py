@@ -8,9 +8,10 @@ dies before its first periodic flush leaves no state, and the next owner would r
 
 - ``earliest``: the partition's low watermark.
 - ``latest``: the high watermark is only a hint; the partition is read from the hint to its
-  EOF, whose offset is the true end. On Kafka the read is empty; on a broker whose ListOffsets
-  answers too low (the embedded one) it still finds the end. A partition that reaches no EOF
-  from its hint within ``hint_timeout_s`` is read again from its beginning.
+  EOF, whose offset is the true end (:func:`ferry.kafka.read_partitions_to_end`). On Kafka the
+  read is empty; on a broker whose ListOffsets answers too low (the embedded one) it still finds
+  the end. A partition that gives nothing from its hint within ``hint_timeout_s`` is read again
+  from its beginning.
 
 Concurrent resolutions are coalesced (:mod:`worker.coalesce`) into one blocking pass, with one
 consumer kept open, so a worker taking a thousand new partitions pays for one pass, not a thousand.
@@ -18,11 +19,10 @@ consumer kept open, so a worker taking a thousand new partitions pays for one pa
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from ferry import kafka
 from worker.coalesce import Coalesced
@@ -66,34 +66,9 @@ class StartOffsets:
         return out
 
     def _read_to_ends(self, c: Consumer, hints: dict[TP, int]) -> dict[TP, int]:
-        c.assign([TopicPartition(t, p, o) for (t, p), o in hints.items()])
-        waiting = set(hints)
-        ends: dict[TP, int] = {}
-        started = time.monotonic()
-        rewound = False
-        try:
-            while waiting:
-                elapsed = time.monotonic() - started
-                if elapsed > self._timeout_s:
-                    raise kafka.KafkaUnavailable(
-                        f"partitions {sorted(waiting)} reached no end within {self._timeout_s} s"
-                    )
-                if not rewound and elapsed > self._hint_timeout_s:
-                    # A hint past the end (no broker should give one): read those from the beginning.
-                    rewound = True
-                    c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in waiting])
-                for m in c.consume(1000, 0.01):
-                    err = m.error()
-                    if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                        tp = (cast(str, m.topic()), cast(int, m.partition()))
-                        if tp in waiting:
-                            ends[tp] = cast(int, m.offset())
-                            waiting.discard(tp)
-                    elif err is not None:
-                        raise kafka.KafkaUnavailable(f"finding the end of a partition: {err.str()}")
-        finally:
-            c.unassign()
-        return ends
+        """The true end of each partition, read from its hint (rewound to the beginning when the
+        hint is past the end: nothing came from it within ``hint_timeout_s``)."""
+        return kafka.read_partitions_to_end(c, hints, timeout_s=self._timeout_s, rewind_after_s=self._hint_timeout_s)
 
     def close(self) -> None:
         if self._consumer is not None:

@@ -11,8 +11,10 @@ Handoff of a partition P, from this worker's point of view:
   create the ephemeral ``owner``; then ``engine.acquire(P, epoch)`` restores its offset state.
   Two workers can never both win the transaction, and offset state written by a lower epoch is
   ignored on restore.
-- *releasing* P: ``engine.release(P)`` (stop fetching, drain in-flight up to the drain timeout,
-  flush offset state), then delete ``owner``, which wakes the next owner's watch at once.
+- *releasing* P: ``engine.release_many([P])`` (stop fetching, drain in-flight up to the drain
+  timeout, flush offset state, bounded even when Kafka is unreachable), then delete ``owner``,
+  which wakes the next owner's watch at once. On shutdown every owned partition is released in
+  one ``release_many``.
 
 Session states:
 
@@ -183,7 +185,7 @@ class ZkSource:
                 self.taking.pop(ref).cancel()
         for ref in list(self.owned):
             if ref not in self.desired and ref not in self.releasing:
-                self.releasing[ref] = asyncio.create_task(self._release(ref))
+                self.releasing[ref] = asyncio.create_task(self._release([ref]))
 
     # --- take and release ----------------------------------------------------------------
 
@@ -272,20 +274,24 @@ class ZkSource:
             return None
         return epoch
 
-    async def _release(self, ref: PartitionRef) -> None:
+    async def _release(self, refs: list[PartitionRef]) -> None:
+        """Release partitions together (one at a time on a reassignment, all of them on shutdown):
+        the engine drains them and writes their final states (bounded), then each owner node goes."""
         started = time.monotonic()
         try:
-            await self.engine.release(ref)
-            epoch = self.owned.pop(ref, None)
-            await self._give_back(ref)
-            self.engine.metrics.handoff_seconds.labels("release").observe(time.monotonic() - started)
-            _log.info(
-                "handoff.released", key=ref.key(), epoch=epoch, release_ms=int((time.monotonic() - started) * 1000)
-            )
-        except KazooException as exc:
-            _log.warning("handoff.release_failed", key=ref.key(), error=repr(exc))
+            await self.engine.release_many(refs)
+            gave_back = await asyncio.gather(*(self._give_back(ref) for ref in refs), return_exceptions=True)
+            took_s = time.monotonic() - started
+            for ref, outcome in zip(refs, gave_back, strict=True):
+                epoch = self.owned.pop(ref, None)
+                if isinstance(outcome, Exception):
+                    _log.warning("handoff.release_failed", key=ref.key(), error=repr(outcome))
+                    continue
+                self.engine.metrics.handoff_seconds.labels("release").observe(took_s)
+                _log.info("handoff.released", key=ref.key(), epoch=epoch, release_ms=int(took_s * 1000))
         finally:
-            self.releasing.pop(ref, None)
+            for ref in refs:
+                self.releasing.pop(ref, None)
             self._wake.set()
 
     async def _give_back(self, ref: PartitionRef) -> None:
@@ -366,9 +372,12 @@ class ZkSource:
         for t in list(self.taking.values()):
             t.cancel()
         refs = [r for r in self.owned if r not in self.releasing]
-        for ref in refs:
-            self.releasing[ref] = asyncio.create_task(self._release(ref))
-        await asyncio.gather(*self.releasing.values(), return_exceptions=True)
+        if refs:
+            # Together: one bound for all their final writes, one line naming those not confirmed.
+            task = asyncio.create_task(self._release(refs))
+            for ref in refs:
+                self.releasing[ref] = task
+        await asyncio.gather(*set(self.releasing.values()), return_exceptions=True)
         await asyncio.to_thread(self.zk.stop)
         await asyncio.to_thread(self.zk.close)
 

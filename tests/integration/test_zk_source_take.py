@@ -35,8 +35,8 @@ class NoEngine:
     def owned(self) -> dict[PartitionRef, int]:
         return {}
 
-    async def release(self, ref: PartitionRef) -> None:
-        return None
+    async def release_many(self, refs: list[PartitionRef]) -> list[PartitionRef]:
+        return []
 
     async def fence(self) -> None:
         return None

@@ -50,8 +50,10 @@ class Cluster:
         self.zk.start(15)
         self.processes: list[embedded.ServiceProcess] = []
 
-    def _service(self, role: str, name: str, port_var: str, extra: dict[str, str]) -> HealthProcess:
-        port = embedded.free_port()
+    def _service(
+        self, role: str, name: str, port_var: str, extra: dict[str, str], port: int | None = None
+    ) -> HealthProcess:
+        port = port or embedded.free_port()
         proc = HealthProcess(
             name,
             [sys.executable, "-m", "ferry.cli", role],
@@ -62,11 +64,11 @@ class Cluster:
         self.processes.append(proc)
         return proc.start()
 
-    def coordinator(self, name: str = "coord", **env: str) -> HealthProcess:
-        return self._service("coordinator", name, "FERRY_COORDINATOR_METRICS_PORT", env)
+    def coordinator(self, name: str = "coord", port: int | None = None, **env: str) -> HealthProcess:
+        return self._service("coordinator", name, "FERRY_COORDINATOR_METRICS_PORT", env, port)
 
-    def worker(self, name: str, **env: str) -> HealthProcess:
-        return self._service("worker", name, "FERRY_WORKER_METRICS_PORT", {"FERRY_WORKER_ID": name, **env})
+    def worker(self, name: str, port: int | None = None, **env: str) -> HealthProcess:
+        return self._service("worker", name, "FERRY_WORKER_METRICS_PORT", {"FERRY_WORKER_ID": name, **env}, port)
 
     def add_subscription(self, doc: dict[str, Any]) -> None:
         sub = parse(doc)

@@ -1,0 +1,55 @@
+"""The pure pieces of a bounded stop: the final-write bound derived from the drain timeout, and
+closing blocking clients without waiting past a bound."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from worker.blocking import close_within, in_daemon_thread
+from worker.engine import CLOSE_GRACE_S, final_write_timeout_ms
+from worker.producer import PURGED_REPORTS_S
+
+
+@pytest.mark.parametrize(
+    ("drain_ms", "expect_ms"),
+    [
+        (10_000, 5_000),  # the default drain timeout
+        (3_000, 1_500),
+        (1_000, 1_000),  # never below 1 s: a healthy broker confirms in milliseconds, a busy one may not
+        (1, 1_000),
+        (20_000, 10_000),
+        (600_000, 10_000),  # never above 10 s
+    ],
+)
+def test_final_write_bound(drain_ms: int, expect_ms: int) -> None:
+    assert final_write_timeout_ms(drain_ms) == expect_ms
+
+
+@pytest.mark.parametrize("drain_ms", [1, 3_000, 10_000, 60_000, 3_600_000])
+def test_a_whole_stop_fits_the_helm_grace_period(drain_ms: int) -> None:
+    """helm/ferry/templates/worker.yaml: terminationGracePeriodSeconds = drain timeout + 20 s."""
+    stop_s = (drain_ms + final_write_timeout_ms(drain_ms)) / 1000 + CLOSE_GRACE_S + PURGED_REPORTS_S
+    assert stop_s < drain_ms / 1000 + 20 - 5  # 5 s left for deregistering and exiting
+
+
+async def test_close_within_leaves_a_hanging_close_behind() -> None:
+    hang = threading.Event()
+    closed: list[str] = []
+    try:
+        left = await asyncio.wait_for(
+            close_within({"quick": lambda: closed.append("quick"), "hangs": hang.wait, "fails": lambda: 1 / 0}, 0.2),
+            timeout=5,
+        )
+        assert left == ["hangs"]
+        assert closed == ["quick"]
+    finally:
+        hang.set()
+
+
+async def test_in_daemon_thread_result_error_and_daemon() -> None:
+    assert await in_daemon_thread(lambda: threading.current_thread().daemon) is True
+    with pytest.raises(ZeroDivisionError):
+        await in_daemon_thread(lambda: 1 / 0)
