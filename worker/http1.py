@@ -198,6 +198,11 @@ class _Conn(asyncio.Protocol):
                 self.transport.close()
 
 
+def encode_header_lines(headers: dict[str, str]) -> bytes:
+    """Request header lines, each as ``\\r\\nName: value`` (names Latin-1, values UTF-8)."""
+    return b"".join(b"\r\n" + k.encode("latin-1") + b": " + v.encode("utf-8") for k, v in headers.items())
+
+
 class _Origin:
     def __init__(self, limit: int) -> None:
         self.idle: deque[_Conn] = deque()
@@ -228,22 +233,19 @@ class Http1Pool:
     async def post(
         self, url: str, headers: dict[str, str], body: bytes, timeout_s: float, read_body: int = 0
     ) -> Answer:
+        return await self.post_lines(url, encode_header_lines(headers), body, timeout_s, read_body)
+
+    async def post_lines(self, url: str, lines: bytes, body: bytes, timeout_s: float, read_body: int = 0) -> Answer:
+        """:meth:`post` with the headers already encoded by :func:`encode_header_lines` (the push
+        path keeps the constant ones of a partition encoded)."""
         t = self.target(url)
         origin = self._origins.get((t.scheme, t.host, t.port))
         if origin is None:
             origin = self._origins[(t.scheme, t.host, t.port)] = _Origin(self._limit)
-        head = [
-            b"POST ",
-            t.path,
-            b" HTTP/1.1\r\nHost: ",
-            t.host_header,
-            b"\r\nContent-Length: ",
-            str(len(body)).encode(),
-        ]
-        for k, v in headers.items():
-            head += (b"\r\n", k.encode("latin-1"), b": ", v.encode("utf-8"))
-        head.append(b"\r\n\r\n")
-        request = b"".join(head) + body
+        request = b"".join(
+            (b"POST ", t.path, b" HTTP/1.1\r\nHost: ", t.host_header, b"\r\nContent-Length: ", b"%d" % len(body))
+        )
+        request += lines + b"\r\n\r\n" + body
         async with origin.slots:
             # The endpoint's time starts once a connection slot is ours, as before any answer wait.
             deadline = asyncio.get_running_loop().time() + timeout_s

@@ -19,10 +19,13 @@ from ferry import log
 from ferry.errors import EndpointRefused
 from ferry.netguard import EndpointPolicy
 from ferry.subscription import HEADER_NAME_RE, RESERVED_HEADERS, Subscription
-from worker.http1 import Http1Pool, PushError
+from worker.http1 import Http1Pool, PushError, encode_header_lines
 
 _log = log.get_logger(__name__)
 _new_tuple = tuple.__new__
+# CloudEvents headers that change from record to record (PushClient.header_lines formats them).
+_PER_RECORD = ("ce-id", "ce-time", "ce-kafkaoffset", "ce-partitionkey", "ce-ferryattempt")
+_CACHE_MAX = 4096
 NO_HEADERS: tuple[tuple[str, bytes | None], ...] = ()
 CE_TYPE = "dev.ferry.kafka.record"
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
@@ -64,7 +67,7 @@ class Record(_RecordFields):
         timestamp_ms: int = 0,
     ) -> Record:
         size = (len(value) if value else 0) + (len(key) if key else 0) + 64
-        return _new_tuple(cls, (topic, partition, offset, key, value, headers or NO_HEADERS, timestamp_ms, size))
+        return _new_tuple(cls, (topic, partition, offset, key, value, tuple(headers or NO_HEADERS), timestamp_ms, size))
 
     def header(self, name: str) -> bytes | None:
         for k, v in self.headers:
@@ -136,6 +139,10 @@ class PushClient:
     def __init__(self, policy: EndpointPolicy, cluster: str, limit_per_host: int = 256) -> None:
         self.cluster = cluster
         self._pool = Http1Pool(policy, max_per_origin=limit_per_host)
+        # (subscription, topic, partition, header set) -> (the subscription it was built for, the
+        # encoded header lines that do not change from record to record).
+        self._constant: dict[tuple[str, str, int, Sequence[tuple[str, bytes | None]]], tuple[Subscription, bytes]] = {}
+        self._key_lines: dict[bytes, bytes] = {}
 
     async def start(self) -> None:
         return None
@@ -143,13 +150,48 @@ class PushClient:
     async def close(self) -> None:
         self._pool.close()
 
+    def header_lines(self, sub: Subscription, record: Record, attempt: int) -> bytes:
+        """The request's header lines: :func:`cloudevent_headers` plus the endpoint's own headers,
+        encoded. The lines that only depend on the subscription, the partition and the record's
+        header set are encoded once and kept; per record only the id, time, offset, key and
+        attempt are formatted (header building was ~15 % of the single-record path)."""
+        ck = (sub.name, record.topic, record.partition, record.headers)
+        found = self._constant.get(ck)
+        if found is None or found[0] is not sub:
+            headers = cloudevent_headers(record, self.cluster, sub.name, attempt)
+            if sub.endpoint.headers:
+                headers.update(sub.endpoint.headers)
+            for name in _PER_RECORD:
+                headers.pop(name, None)
+            if len(self._constant) >= _CACHE_MAX:
+                self._constant.clear()
+            found = self._constant[ck] = (sub, encode_header_lines(headers))
+        key = record.key
+        if key is None:
+            key_line = b""
+        else:
+            key_line = self._key_lines.get(key, b"")
+            if not key_line:
+                if len(self._key_lines) >= _CACHE_MAX:
+                    self._key_lines.clear()
+                key_line = self._key_lines[key] = b"\r\nce-partitionkey: " + quote(key, safe="").encode()
+        offset = record.offset
+        return (
+            found[1]
+            + (
+                f"\r\nce-id: {record.topic}/{record.partition}/{offset}\r\nce-time: {rfc3339_ms(record.timestamp_ms)}"
+                f"\r\nce-kafkaoffset: {offset}\r\nce-ferryattempt: {attempt}"
+            ).encode()
+            + key_line
+        )
+
     async def push(self, sub: Subscription, record: Record, attempt: int) -> PushResult:
-        headers = cloudevent_headers(record, self.cluster, sub.name, attempt)
-        if sub.endpoint.headers:
-            headers.update(sub.endpoint.headers)
         try:
-            answer = await self._pool.post(
-                sub.endpoint.url, headers, record.value or b"", sub.endpoint.timeout_ms / 1000
+            answer = await self._pool.post_lines(
+                sub.endpoint.url,
+                self.header_lines(sub, record, attempt),
+                record.value or b"",
+                sub.endpoint.timeout_ms / 1000,
             )
         except EndpointRefused as exc:
             return PushResult(None, error=f"refused: {exc}")

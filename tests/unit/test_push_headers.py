@@ -71,3 +71,48 @@ def test_record_headers_forwarded_when_valid() -> None:
 def test_rfc3339_ms(ts_ms: int, text: str) -> None:
     assert rfc3339_ms(ts_ms) == text
     assert text == datetime.fromtimestamp(ts_ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _lines(raw: bytes) -> list[bytes]:
+    assert raw.startswith(b"\r\n")
+    return sorted(raw[2:].split(b"\r\n"))
+
+
+@pytest.mark.parametrize(
+    ("record", "attempt", "endpoint_headers"),
+    [
+        (
+            Record("orders", 3, 42, b"cust/\xc3\xa9", b"{}", [("content-type", b"application/json")], 1763800000123),
+            1,
+            {},
+        ),
+        (Record("t", 0, 0, None, None), 7, {"Authorization": "Bearer x", "X-Team": "billing"}),
+        (Record("t", 11, 9, b"", b"v", [("trace-id", b"abc"), ("bin", b"\x00\xff"), ("ce-id", b"spoof")], -1), 2, {}),
+    ],
+)
+def test_header_lines_are_the_contract_headers_encoded(
+    record: Record, attempt: int, endpoint_headers: dict[str, str]
+) -> None:
+    """PushClient keeps a partition's constant header lines encoded: what it sends must be exactly
+    cloudevent_headers() plus the endpoint's headers, for the first record and for later ones."""
+    from ferry.netguard import EndpointPolicy
+    from ferry.subscription import parse
+    from worker.http1 import encode_header_lines
+    from worker.push import PushClient
+
+    sub = parse(
+        {"name": "s", "topics": ["t"], "endpoint": {"url": "http://127.0.0.1:1/x", "headers": endpoint_headers}}
+    )
+    client = PushClient(EndpointPolicy(), "c")
+    later = Record(record.topic, record.partition, record.offset + 5, b"other", record.value, record.headers, 1)
+    for r in (record, later, record):
+        expected = cloudevent_headers(r, "c", "s", attempt)
+        expected.update(sub.endpoint.headers)
+        assert _lines(client.header_lines(sub, r, attempt)) == _lines(encode_header_lines(expected))
+    # An edited subscription (new object) is not served the old one's lines.
+    edited = parse(
+        {"name": "s", "topics": ["t"], "endpoint": {"url": "http://127.0.0.1:1/x", "headers": {"X-New": "1"}}}
+    )
+    expected = cloudevent_headers(record, "c", "s", attempt)
+    expected.update({"X-New": "1"})
+    assert _lines(client.header_lines(edited, record, attempt)) == _lines(encode_header_lines(expected))
