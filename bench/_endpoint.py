@@ -22,6 +22,8 @@ ID_RE = re.compile(rb'"id":"([^"]*)"')
 lat_ms: list[float] = []
 delay_s = 0.0
 delay_max_s = 0.0
+span = [0.0, 0.0]  # receipt time of the first and of the latest request (or batch) that brought a new id
+posts = [0]
 
 
 async def hook(request: web.Request) -> web.Response:
@@ -29,6 +31,9 @@ async def hook(request: web.Request) -> web.Response:
     now = time.time() * 1000
     cid = request.headers.get("ce-id") or request.headers.get("x-id", "")
     if cid not in seen:
+        if not seen:
+            span[0] = now / 1000
+        span[1] = now / 1000
         seen.add(cid)
         ts = request.headers.get("x-ts-ms")
         if ts is not None:
@@ -43,8 +48,6 @@ async def hook(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-span = [0.0, 0.0]
-posts = [0]  # receipt time of the first and of the latest batch that brought a new id
 
 
 async def batch(request: web.Request) -> web.Response:

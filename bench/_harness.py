@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -22,11 +23,23 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.delivery import http
 from ferry import embedded
 
 BENCH = Path(__file__).resolve().parent
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def http(method: str, url: str) -> dict[str, Any]:
+    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.load(r)  # type: ignore[no-any-return]
+
+
+def steady_rate(stats: dict[str, Any], n: int) -> float:
+    """Records/s as the endpoint saw them, first to last receipt: excludes process start-up (the
+    worker's imports, connections and restores), which a whole-run figure would charge to it."""
+    assert stats["count"] >= n, stats
+    return n / max(1e-6, stats["last_at"] - stats["first_at"])
 
 
 def cpu_seconds(pid: int) -> float:

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -22,16 +20,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import naive_loop
-from ferry import embedded
+from bench._harness import Stack, cpu_seconds, rss_mb, steady_rate, sub
 
 # FERRY_BENCH_PROFILE=DIR profiles the worker with cProfile (where does its time go?).
 PROFILE_DIR = os.environ.get("FERRY_BENCH_PROFILE")
-
-
-def http(method: str, url: str) -> dict:  # type: ignore[type-arg]
-    req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
-    with urllib.request.urlopen(req, timeout=10) as r:
-        return json.load(r)
 
 
 def produce(bootstrap: str, topic: str, partitions: int, n: int, keys: int, size: int) -> None:
@@ -50,46 +42,30 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, keys: int, size
     p.flush(60)
 
 
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def run_worker(
-    tmp: Path, bootstrap: str, topic: str, ep: str, n: int, name: str, sub_extra: dict
-) -> tuple[float, float]:  # type: ignore[type-arg]
-    """Start a static worker for ``topic``; wait until the endpoint counted ``n``; returns (seconds, peak RSS MB)."""
-    assignment = tmp / f"{name}.json"
-    sub = {"name": name, "topics": [topic], "endpoint": {"url": f"{ep}/hook"}, "ordering": "key", **sub_extra}
-    assignment.write_text(json.dumps({"subscriptions": [sub]}))
-    port = embedded.free_port()
+def run_ferry(s: Stack, topic: str, n: int, name: str, extra: dict[str, Any]) -> tuple[float, float]:
+    """A static worker (ordering=key) on ``topic`` until the endpoint counted ``n``: (the worker's
+    CPU seconds from the first record received to the last, its peak RSS MB)."""
     profile = ["-m", "cProfile", "-o", f"{PROFILE_DIR}/{name}.prof"] if PROFILE_DIR else []
-    proc = embedded.ServiceProcess(
-        name,
-        [sys.executable, *profile, "-m", "ferry.cli", "worker", "--assignment", str(assignment)],
-        port,
-        tmp / f"{name}.log",
-        env={
-            "FERRY_KAFKA_BOOTSTRAP": bootstrap,
-            "FERRY_WORKER_METRICS_PORT": str(port),
-            "FERRY_OFFSETS_TOPIC": f"__bench_{name}",
-            "FERRY_LOG_LEVEL": "WARNING",
-        },
-    ).start()
+    w = s.worker(name, [sub(name, [topic], s.ep, **extra)], argv_prefix=profile)
+    assert w.proc is not None
+    pid = w.proc.pid
     started = time.monotonic()
+    cpu_at_first: float | None = None
     peak = 0.0
     try:
-        while http("GET", f"{ep}/stats")["count"] < n:
-            assert proc.alive(), proc.log_tail()
-            peak = max(peak, rss_mb(proc.proc.pid))  # type: ignore[union-attr]
+        while True:
+            count = s.stats()["count"]
+            if count and cpu_at_first is None:
+                cpu_at_first = cpu_seconds(pid)
+            if count >= n:
+                return cpu_seconds(pid) - (cpu_at_first or 0.0), peak
+            assert w.alive(), w.log_tail()
+            peak = max(peak, rss_mb(pid))
             if time.monotonic() - started > 600:
                 raise TimeoutError("worker did not finish in 600 s")
             time.sleep(0.05)
-        return time.monotonic() - started, peak
     finally:
-        proc.stop()
+        w.stop()
 
 
 def main() -> None:
@@ -100,54 +76,54 @@ def main() -> None:
     ap.add_argument("--in-flight", type=int, default=128)
     ap.add_argument("--rss-records", type=int, default=12_000)
     a = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="ferry-bench-"))
-    broker = embedded.kafka_broker(tmp, embedded.free_port()).start().wait_ready(30)
-    bootstrap = f"127.0.0.1:{broker.port}"
-    ep_port = embedded.free_port()
-    ep_proc = (
-        embedded.ServiceProcess(
-            "endpoint",
-            [sys.executable, str(Path(__file__).parent / "_endpoint.py"), str(ep_port)],
-            ep_port,
-            tmp / "ep.log",
-        )
-        .start()
-        .wait_ready(30)
-    )
-    ep = f"http://127.0.0.1:{ep_port}"
-    try:
+    with Stack() as s:
         print(f"producing {a.records:,} records ({a.keys} keys, {a.partitions} partitions, 100 B)...", flush=True)
-        produce(bootstrap, "bench", a.partitions, a.records, a.keys, 100)
+        produce(s.bootstrap, "bench", a.partitions, a.records, a.keys, 100)
         per_partition_window = max(1, a.in_flight // a.partitions)
 
-        http("POST", f"{ep}/reset")
-        naive_s = asyncio.run(naive_loop.run(bootstrap, "bench", a.partitions, f"{ep}/hook", a.records, a.in_flight))
-        naive = http("GET", f"{ep}/stats")
-
-        http("POST", f"{ep}/reset")
-        ferry_s, ferry_rss = run_worker(
-            tmp, bootstrap, "bench", ep, a.records, "bench-key", {"max_in_flight": per_partition_window}
+        s.reset()
+        cpu0 = time.process_time()
+        naive_s = asyncio.run(
+            naive_loop.run(s.bootstrap, "bench", a.partitions, f"{s.ep}/hook", a.records, a.in_flight)
         )
-        ferry = http("GET", f"{ep}/stats")
+        naive_cpu = time.process_time() - cpu0
+        naive = s.stats()
+
+        s.reset()
+        started = time.monotonic()
+        ferry_cpu, ferry_rss = run_ferry(s, "bench", a.records, "bench-key", {"max_in_flight": per_partition_window})
+        ferry_s = time.monotonic() - started
+        ferry = s.stats()
 
         # Memory: 12 partitions of 1 KB records behind an endpoint answering in 200 ms.
-        produce(bootstrap, "bench-1k", 12, a.rss_records, 1200, 1000)
-        http("POST", f"{ep}/reset?delay_s=0.2")
-        _, slow_rss = run_worker(tmp, bootstrap, "bench-1k", ep, a.rss_records, "bench-slow", {"max_in_flight": 100})
+        produce(s.bootstrap, "bench-1k", 12, a.rss_records, 1200, 1000)
+        s.reset(delay_s=0.2)
+        _, slow_rss = run_ferry(s, "bench-1k", a.rss_records, "bench-slow", {"max_in_flight": 100})
 
-        rows = [("naive loop (baseline)", naive_s, naive), ("ferry worker, ordering=key", ferry_s, ferry)]
+        naive_rate, ferry_rate = steady_rate(naive, a.records), steady_rate(ferry, a.records)
         print()
-        print(f"{'':28} {'records/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
-        for label, secs, st in rows:
-            print(f"{label:28} {a.records / secs:10.0f} {st['p50_ms']:8.1f} {st['p99_ms']:8.1f}")
-        print(f"ratio ferry/naive: {naive_s / ferry_s:.2f}x (in flight: naive {a.in_flight} total, ", end="")
-        print(f"ferry {per_partition_window} per partition x {a.partitions})")
+        print(f"{'':28} {'records/s':>10} {'whole run':>10} {'records/CPU-s':>14} {'p50 ms':>8} {'p99 ms':>8}")
+        rows = [
+            ("naive loop (baseline)", naive_rate, naive_s, naive_cpu, naive),
+            ("ferry worker, ordering=key", ferry_rate, ferry_s, ferry_cpu, ferry),
+        ]
+        for label, rate, secs, cpu, st in rows:
+            print(
+                f"{label:28} {rate:10.0f} {a.records / secs:10.0f} {a.records / cpu:14.0f} "
+                f"{st['p50_ms']:8.1f} {st['p99_ms']:8.1f}"
+            )
+        print(
+            f"ratio ferry/naive: {ferry_rate / naive_rate:.2f}x records/s, {naive_cpu / ferry_cpu:.2f}x records/CPU-s "
+            f"(in flight: naive {a.in_flight} total, ferry {per_partition_window} per partition x {a.partitions})"
+        )
         print(f"ferry worker peak RSS: {ferry_rss:.0f} MB")
         print(f"ferry worker peak RSS, 12 partitions of 1 KB records, endpoint answering in 200 ms: {slow_rss:.0f} MB")
+        print(
+            "records/s: first to last record received by the endpoint; whole run: from the start of the "
+            "baseline's loop / the worker process (start-up included)"
+        )
         print("latency is record timestamp -> endpoint receipt; the backlog is produced first, so it includes queueing")
-    finally:
-        ep_proc.stop()
-        broker.stop()
+        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

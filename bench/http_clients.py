@@ -251,7 +251,7 @@ def main() -> None:
         print(json.dumps(candidate(a.candidate, a.url, a.requests, int(a.in_flight), a.seconds)))
         return
 
-    from bench.delivery import http
+    from bench._harness import http
     from ferry import embedded
 
     tmp = Path(tempfile.mkdtemp(prefix="ferry-bench-clients-"))

@@ -21,8 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._harness import Stack, create_topic, produce_even, rss_mb, sub
-from bench.delivery import http
+from bench._harness import Stack, create_topic, http, produce_even, rss_mb, sub
 
 
 def sample(s: Stack, name: str, topics: list[str], seconds: float, env: dict[str, str]) -> dict[str, object]:
