@@ -90,7 +90,7 @@ class EventEncoder:
     def __init__(self, cluster: str, subscription: str) -> None:
         self._head = '{"specversion":"1.0","type":' + json.dumps(CE_TYPE) + ',"source":'
         self._head += json.dumps(f"/ferry/{cluster}/{subscription}") + ',"id":"'
-        self._second = -1
+        self._second: int | None = None
         self._second_text = ""
         self._keys: dict[bytes, str] = {}
         self._types: dict[bytes | None, tuple[str, bool]] = {}

@@ -125,8 +125,9 @@ def cloudevent_headers(record: Record, cluster: str, subscription: str, attempt:
     return headers
 
 
-@dataclass(frozen=True, slots=True)
-class PushResult:
+class PushResult(NamedTuple):
+    """What one push came to (a tuple, like :class:`worker.http1.Answer`: one per request)."""
+
     status: int | None
     """HTTP status, or None when no answer came (``error`` says why)."""
     retry_after: str | None = None
@@ -143,6 +144,8 @@ class PushClient:
         # encoded header lines that do not change from record to record).
         self._constant: dict[tuple[str, str, int, Sequence[tuple[str, bytes | None]]], tuple[Subscription, bytes]] = {}
         self._key_lines: dict[bytes, bytes] = {}
+        self._second: int | None = None  # the second _second_text formats (ce-time is formatted once per second)
+        self._second_text = ""
 
     async def start(self) -> None:
         return None
@@ -176,10 +179,13 @@ class PushClient:
                     self._key_lines.clear()
                 key_line = self._key_lines[key] = b"\r\nce-partitionkey: " + quote(key, safe="").encode()
         offset = record.offset
+        seconds, ms = divmod(record.timestamp_ms, 1000)
+        if seconds != self._second:
+            self._second, self._second_text = seconds, _utc_second(seconds)
         return (
             found[1]
             + (
-                f"\r\nce-id: {record.topic}/{record.partition}/{offset}\r\nce-time: {rfc3339_ms(record.timestamp_ms)}"
+                f"\r\nce-id: {record.topic}/{record.partition}/{offset}\r\nce-time: {self._second_text}{ms:03d}Z"
                 f"\r\nce-kafkaoffset: {offset}\r\nce-ferryattempt: {attempt}"
             ).encode()
             + key_line

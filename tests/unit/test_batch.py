@@ -360,3 +360,9 @@ def test_settle_honours_retry_after_capped() -> None:
     assert decisions[0].action == "retry" and decisions[0].delay_s == 0.5
     decisions = settle(st(503), ["a"], [1], policy(), retry_after_s=3600)
     assert decisions[0].delay_s == 1.0  # capped at retry.max_backoff_ms
+
+
+def test_time_of_a_record_just_before_the_epoch() -> None:
+    """A timestamp of -1 ms (second -1) is formatted, not taken for the encoder's "no second yet"."""
+    event = json.loads(EventEncoder("c", "s").event(rec(ts=-1), 1))
+    assert event["time"] == "1969-12-31T23:59:59.999Z"
