@@ -43,9 +43,10 @@ class KafkaUnavailable(FerryError):
 
 
 def with_logger(client_config: Mapping[str, Any], role: str) -> dict[str, Any]:
-    """``client_config`` plus a :class:`~ferry.kafka_log.ClientLog` as confluent-kafka's ``logger``."""
+    """``client_config`` plus a :class:`~ferry.kafka_log.ClientLog` as confluent-kafka's ``logger``
+    (whatever ``logger`` the settings carried: no client may log in librdkafka's own format)."""
     cfg = dict(client_config)
-    cfg.setdefault("logger", ClientLog(role, cfg))
+    cfg["logger"] = ClientLog(role, cfg)
     return cfg
 
 
