@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import signal
 import time
@@ -16,6 +17,8 @@ from collections import deque
 from typing import Any
 
 from aiohttp import web
+
+from ferry import log
 
 DEMO_TOPIC = "demo.orders"
 DEMO_SUBSCRIPTION = "demo-orders"
@@ -49,9 +52,9 @@ def echo_app() -> web.Application:
 
 
 def produce(bootstrap: str, topic: str, rate: float) -> None:
-    from confluent_kafka import Producer
+    from ferry import kafka
 
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    p = kafka.producer({"bootstrap.servers": bootstrap, "linger.ms": 5}, "demo")
     running = True
 
     def stop(*_: Any) -> None:
@@ -93,6 +96,7 @@ def main() -> None:
     pr.add_argument("--topic", default=DEMO_TOPIC)
     pr.add_argument("--rate", type=float, default=5.0)
     a = ap.parse_args()
+    log.setup(os.environ.get("FERRY_LOG_LEVEL", "INFO"), os.environ.get("FERRY_LOG_FORMAT", "json"))
     if a.cmd == "echo":
         web.run_app(echo_app(), host="127.0.0.1", port=a.port, access_log=None, print=None)
     else:

@@ -12,14 +12,58 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ferry.errors import FerryError
+from ferry.kafka_log import IDLE as IDLE_LOGS
+from ferry.kafka_log import ClientLog
+
+__all__ = [
+    "IDLE_LOGS",
+    "KafkaUnavailable",
+    "admin",
+    "consumer",
+    "ensure_topic",
+    "partition_counts",
+    "producer",
+    "read_partitions_to_end",
+    "read_to_end",
+    "reader",
+]
 
 
 class KafkaUnavailable(FerryError):
     """The brokers could not be reached or did not answer in time."""
+
+
+# Every confluent-kafka client Ferry creates is made here (tests/unit/test_kafka_clients.py checks
+# the source), so each one routes librdkafka's log into Ferry's (ferry.kafka_log). ``role`` names
+# the client's job in its log lines.
+
+
+def with_logger(client_config: Mapping[str, Any], role: str) -> dict[str, Any]:
+    """``client_config`` plus a :class:`~ferry.kafka_log.ClientLog` as confluent-kafka's ``logger``
+    (whatever ``logger`` the settings carried: no client may log in librdkafka's own format)."""
+    cfg = dict(client_config)
+    cfg["logger"] = ClientLog(role, cfg)
+    return cfg
+
+
+def consumer(client_config: Mapping[str, Any], role: str) -> Consumer:
+    """Its log lines are handed over by ``poll()``/``consume()``: keep it polled, or see
+    :data:`IDLE_LOGS`."""
+    return Consumer(with_logger(client_config, role))
+
+
+def producer(client_config: Mapping[str, Any], role: str) -> Producer:
+    """Its log lines are handed over by ``poll()``/``flush()``."""
+    return Producer(with_logger(client_config, role))
+
+
+def admin(client_config: Mapping[str, Any], role: str = "admin") -> AdminClient:
+    """Its log lines are handed over by ``poll()``: call ``poll(0)`` when done with it."""
+    return AdminClient(with_logger(client_config, role))
 
 
 def ensure_topic(
@@ -30,28 +74,33 @@ def ensure_topic(
     timeout_s: float = 15.0,
 ) -> bool:
     """Create ``name`` unless it exists. Returns True when it was created here."""
-    admin = AdminClient(dict(client_config))
-    if name in admin.list_topics(timeout=timeout_s).topics:
-        return False
-    fut = admin.create_topics([NewTopic(name, num_partitions, 1, config=dict(config or {}))])[name]
+    client = admin(client_config)
     try:
-        fut.result(timeout_s)
-    except KafkaException as exc:
-        if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+        if name in client.list_topics(timeout=timeout_s).topics:
             return False
-        raise KafkaUnavailable(f"cannot create topic {name!r}: {exc}") from None
-    return True
+        fut = client.create_topics([NewTopic(name, num_partitions, 1, config=dict(config or {}))])[name]
+        try:
+            fut.result(timeout_s)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise KafkaUnavailable(f"cannot create topic {name!r}: {exc}") from None
+        return True
+    finally:
+        client.poll(0)  # hand over the log lines of the calls above
 
 
 def partition_counts(
     client_config: Mapping[str, Any], topics: Iterable[str], timeout_s: float = 10.0
 ) -> dict[str, int]:
     """Partitions of each existing topic among ``topics`` (missing topics are left out)."""
-    admin = AdminClient(dict(client_config))
+    client = admin(client_config)
     try:
-        meta = admin.list_topics(timeout=timeout_s)
+        meta = client.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise KafkaUnavailable(f"cannot list topics: {exc}") from None
+    finally:
+        client.poll(0)  # hand over the log lines of the call above
     out: dict[str, int] = {}
     for t in topics:
         tm = meta.topics.get(t)
@@ -183,8 +232,9 @@ def read_to_end(
             consumer.close()
 
 
-def reader(client_config: Mapping[str, Any]) -> Consumer:
-    """A consumer set up for :func:`read_to_end` (never joins a group; stops at partition EOF)."""
+def reader(client_config: Mapping[str, Any], role: str = "reader") -> Consumer:
+    """A consumer set up for :func:`read_to_end` (never joins a group; stops at partition EOF).
+    Kept open between reads, it is left unassigned: :data:`IDLE_LOGS` may watch it."""
     cfg = dict(client_config)
     cfg.update(
         {
@@ -196,4 +246,4 @@ def reader(client_config: Mapping[str, Any]) -> Consumer:
             "fetch.wait.max.ms": 10,
         }
     )
-    return Consumer(cfg)
+    return consumer(cfg, role)

@@ -19,6 +19,11 @@ _SECRET_KEY = re.compile(r"(token|password|passwd|secret|authorization|headers|s
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]*)@", re.I)
 
 
+def is_secret_key(key: str) -> bool:
+    """True for a setting or field name whose value is a secret (``sasl.password``, ``admin_token``...)."""
+    return _SECRET_KEY.search(key) is not None
+
+
 def redact(key: str, value: Any) -> Any:
     if _SECRET_KEY.search(key):
         return "***" if value not in (None, "", {}, []) else value
@@ -62,6 +67,13 @@ class Logger:
         if self._log.isEnabledFor(level):
             clean = {k: redact(k, v) for k, v in fields.items()}
             self._log.log(level, event, extra={"fields": clean}, exc_info=exc_info)
+
+    def is_enabled_for(self, level: int) -> bool:
+        return self._log.isEnabledFor(level)
+
+    def log(self, level: int, event: str, **fields: Any) -> None:
+        """An event at a :mod:`logging` level given as a number (e.g. one mapped from another library's)."""
+        self._emit(level, event, False, fields)
 
     def debug(self, event: str, **fields: Any) -> None:
         self._emit(logging.DEBUG, event, False, fields)

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from typing import Any, cast
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from ferry import kafka, zkpaths
@@ -154,7 +154,7 @@ class Cluster:
             return {ref: table.get(encode_key(ref)) for ref in refs}
 
     def _consumer(self) -> Consumer:
-        return kafka.reader({**self.cfg, "group.id": "ferry.portal"})
+        return kafka.reader({**self.cfg, "group.id": "ferry.portal"}, "portal")
 
     def scan(self, topic: str, partition: int, start: int, until_ts_ms: int | None = None) -> int:
         """Read forward from ``start`` to the partition's end; returns the end offset, or with
@@ -209,11 +209,11 @@ class Cluster:
         return self.scan(topic, partition, OFFSET_BEGINNING, until_ts_ms=0)
 
     def write_state(self, sub: Subscription, ref: PartitionRef, state: OffsetState) -> None:
-        p = Producer({**self.cfg, "enable.idempotence": True, "partitioner": "murmur2_random"})
+        p = kafka.producer({**self.cfg, "enable.idempotence": True, "partitioner": "murmur2_random"}, "portal")
         p.produce(self.settings.kafka.offsets_topic, value=encode_value(state), key=encode_key(ref))
         if p.flush(15) != 0:
             raise ClusterBusy(f"the offsets topic did not confirm the new state of {ref.key()}")
-        c = Consumer({**self.cfg, "group.id": sub.group_id, "enable.auto.commit": False})
+        c = kafka.consumer({**self.cfg, "group.id": sub.group_id, "enable.auto.commit": False}, "portal")
         try:
             c.commit(offsets=[TopicPartition(ref.topic, ref.partition, state.committed)], asynchronous=False)
         finally:
@@ -256,7 +256,7 @@ class Cluster:
         """Produce dead letters to the subscription's own retry topic (never to a shared source topic)."""
         counts = kafka.partition_counts(self.cfg, [sub.dead_letter_topic])
         kafka.ensure_topic(self.cfg, sub.retry_topic, max(1, counts.get(sub.dead_letter_topic, 1)))
-        p = Producer({**self.cfg, "enable.idempotence": True})
+        p = kafka.producer({**self.cfg, "enable.idempotence": True}, "portal")
         for m in records:
             p.produce(sub.retry_topic, key=m.key(), value=m.value(), headers=cast(list[Any], m.headers() or []))
         if p.flush(30) != 0:

@@ -35,6 +35,18 @@ def client_config(options: dict[str, str]) -> dict[str, Any]:
     return cfg
 
 
+def _executor_logging() -> None:
+    """A Spark executor's Python worker is a process of its own: unless something set its logging
+    up, Ferry's events (librdkafka's lines among them) would lose their fields."""
+    import logging
+    import os
+
+    from ferry import log
+
+    if not logging.getLogger().handlers:
+        log.setup(os.environ.get("FERRY_LOG_LEVEL", "INFO"), os.environ.get("FERRY_LOG_FORMAT", "json"))
+
+
 class KafkaReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         if "bootstrap" not in options or "topic" not in options:
@@ -42,9 +54,13 @@ class KafkaReader(DataSourceReader):
         self.options = dict(options)
 
     def partitions(self) -> list[InputPartition]:
-        from confluent_kafka.admin import AdminClient
+        from ferry import kafka
 
-        meta = AdminClient(client_config(self.options)).list_topics(self.options["topic"], timeout=30)
+        admin = kafka.admin(client_config(self.options), "replay")
+        try:
+            meta = admin.list_topics(self.options["topic"], timeout=30)
+        finally:
+            admin.poll(0)  # hand over the call's log lines
         tm = meta.topics.get(self.options["topic"])
         if tm is None or tm.error is not None or not tm.partitions:
             return []
@@ -52,13 +68,17 @@ class KafkaReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         import pyarrow as pa
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+        from ferry import kafka
+
+        _executor_logging()
 
         p = partition.partition  # type: ignore[attr-defined]
         topic = self.options["topic"]
         start_ms = int(self.options.get("start_ms", "0") or 0)
         end_ms = int(self.options.get("end_ms", "0") or 0) or None
-        consumer = Consumer(
+        consumer = kafka.consumer(
             {
                 **client_config(self.options),
                 "group.id": "ferry.replay",
@@ -66,7 +86,8 @@ class KafkaReader(DataSourceReader):
                 "enable.partition.eof": True,
                 "fetch.wait.max.ms": 10,
                 "fetch.queue.backoff.ms": 10,
-            }
+            },
+            "replay",
         )
         deadline = time.monotonic() + float(self.options.get("timeout_s", "120"))
         cols: tuple[list[Any], ...] = ([], [], [], [], [])

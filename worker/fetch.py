@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from ferry import log
+from ferry import kafka, log
 from worker.push import NO_HEADERS, Record
 
 _log = log.get_logger(__name__)
@@ -126,7 +126,7 @@ class Fetcher:
                 _log.error("fetch.control_failed", op=op, topic=topic, partition=p, error=str(exc))
 
     def _run(self) -> None:
-        consumer = Consumer(self._cfg)
+        consumer = kafka.consumer(self._cfg, "fetch")
         live: set[TP] = set()
         try:
             while self._running:
@@ -135,6 +135,7 @@ class Fetcher:
                     try:
                         op = self._ops.get(timeout=0.1)
                     except queue.Empty:
+                        consumer.poll(0)  # nothing assigned: only hands over queued log lines
                         continue
                     self._ops.put(op)
                     continue

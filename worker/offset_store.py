@@ -77,10 +77,12 @@ class OffsetStore:
                 _log.warning("offsets.bad_record", key=key.decode(errors="replace"), error=str(exc))
 
         if self._reader_consumer is None:
-            self._reader_consumer = kafka.reader({**self._cfg, "group.id": "ferry.offsets-reader"})
-        ends = kafka.read_to_end(
-            self._cfg, self.topic, take, start=dict(table.positions), consumer=self._reader_consumer
-        )
+            self._reader_consumer = kafka.reader({**self._cfg, "group.id": "ferry.offsets-reader"}, "offsets-reader")
+            kafka.IDLE_LOGS.watch(self._reader_consumer)  # between restores nobody polls it
+        with kafka.IDLE_LOGS.busy(self._reader_consumer):
+            ends = kafka.read_to_end(
+                self._cfg, self.topic, take, start=dict(table.positions), consumer=self._reader_consumer
+            )
         table.positions.update(ends)
         return {ref: table.get(encode_key(ref)) for ref in refs}
 
@@ -116,19 +118,25 @@ class OffsetStore:
         for group_id, offsets in queued.items():
             consumer = self._committers.get(group_id)
             if consumer is None:
-                consumer = self._committers[group_id] = Consumer(
-                    {**self._cfg, "group.id": group_id, "enable.auto.commit": False}
+                consumer = self._committers[group_id] = kafka.consumer(
+                    {**self._cfg, "group.id": group_id, "enable.auto.commit": False}, "offsets-committer"
                 )
+                kafka.IDLE_LOGS.watch(consumer)  # it only commits: nothing else polls it
             try:
-                consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+                with kafka.IDLE_LOGS.busy(consumer):
+                    consumer.commit(
+                        offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+                    )
             except KafkaException as exc:
                 _log.warning("offsets.group_commit_failed", group=group_id, partitions=len(offsets), error=str(exc))
 
     def close(self) -> None:
         """Blocking: closing a committer waits for its commit under way (see :mod:`worker.blocking`)."""
         if self._reader_consumer is not None:
+            kafka.IDLE_LOGS.forget(self._reader_consumer)
             self._reader_consumer.close()
             self._reader_consumer = None
         for c in self._committers.values():
+            kafka.IDLE_LOGS.forget(c)
             c.close()
         self._committers.clear()

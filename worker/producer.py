@@ -13,8 +13,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
+from ferry import kafka
 from ferry.errors import FerryError
 
 PURGED_REPORTS_S = 1.0
@@ -39,7 +40,7 @@ class AsyncProducer:
                 "message.max.bytes": max(int(cfg.get("message.max.bytes", 0) or 0), 16 * 1024 * 1024),
             }
         )
-        self._producer = Producer(cfg)
+        self._producer = kafka.producer(cfg, "producer")  # its log lines come with _serve's polls
         self._running = True
         self._thread = threading.Thread(target=self._serve, name="ferry-producer", daemon=True)
         self._thread.start()

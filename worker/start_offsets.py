@@ -44,8 +44,12 @@ class StartOffsets:
 
     def resolve_blocking(self, wants: list[Want]) -> dict[Want, int]:
         if self._consumer is None:
-            self._consumer = kafka.reader({**self._cfg, "group.id": "ferry.start-offsets"})
-        c = self._consumer
+            self._consumer = kafka.reader({**self._cfg, "group.id": "ferry.start-offsets"}, "start-offsets")
+            kafka.IDLE_LOGS.watch(self._consumer)  # between resolutions nobody polls it
+        with kafka.IDLE_LOGS.busy(self._consumer):
+            return self._resolve(self._consumer, wants)
+
+    def _resolve(self, c: Consumer, wants: list[Want]) -> dict[Want, int]:
         out: dict[Want, int] = {}
         hints: dict[TP, int] = {}
         for want in wants:
@@ -72,5 +76,6 @@ class StartOffsets:
 
     def close(self) -> None:
         if self._consumer is not None:
+            kafka.IDLE_LOGS.forget(self._consumer)
             self._consumer.close()
             self._consumer = None
