@@ -142,8 +142,9 @@ class Window(Generic[R]):
         :meth:`finish`; its lane stays busy until the last of them finishes.
 
         ``raw_size``, when given, is a cheap bound such that ``size(r) <= 3 * raw_size(r) + 128``:
-        a lane whose whole queue fits by that bound is taken without calling ``size`` per record
-        (the common case of small records and a large ``max_bytes``).
+        a lane's run of records that fits by that bound is taken without calling ``size`` per
+        record (the common case of small records and a large ``max_bytes``); near ``max_bytes``
+        the exact sizes decide, so the batches are the same either way.
         """
         out: list[R] = []
         room = min(max_records, self.max_in_flight - len(self._taken))
