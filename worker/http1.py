@@ -63,11 +63,14 @@ class _Deadlines:
     def __init__(self) -> None:
         self._due: dict[asyncio.Future[Answer], tuple[float, float]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def add(self, waiter: asyncio.Future[Answer], deadline: float, timeout_s: float) -> None:
         self._due[waiter] = (deadline, timeout_s)
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.SWEEP_S, self._sweep)
+        loop = waiter.get_loop()
+        if self._timer is None or self._loop is not loop:  # a pool used again under a new loop
+            self._loop = loop
+            self._timer = loop.call_later(self.SWEEP_S, self._sweep)
 
     def discard(self, waiter: asyncio.Future[Answer]) -> None:
         self._due.pop(waiter, None)

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from ferry.netguard import EndpointPolicy
-from worker.http1 import Answer, Http1Pool
+from worker.http1 import Answer, Http1Pool, PushError
 
 BODY = b'{"results": []}'
 
@@ -52,3 +52,33 @@ async def test_answer_body(answer: bytes, read_body: int, expected: Answer) -> N
         pool.close()
         server.close()
     assert got == expected
+
+
+def test_no_answer_times_out_under_every_loop_the_pool_serves() -> None:
+    """Deadlines are checked by one sweep per pool (every 50 ms). A pool used again under a new
+    event loop, after the old loop closed with its sweep still scheduled, still times out a request
+    that gets no answer."""
+    pool = Http1Pool(EndpointPolicy(""))
+
+    async def once(give_up_after_s: float) -> float:
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # never answers
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await asyncio.wait_for(pool.post(f"http://127.0.0.1:{port}/hook", {}, b"x", 0.2), give_up_after_s)
+        except TimeoutError:
+            pass  # given up by the caller first: the pool's sweep stays scheduled on this loop
+        except PushError as exc:
+            assert "no answer within 200 ms" in str(exc)
+        finally:
+            server.close()
+        return loop.time() - started
+
+    assert asyncio.run(once(0.01)) < 0.2
+    waited = asyncio.run(once(5))
+    assert 0.2 <= waited < 2
+    pool.close()
