@@ -48,8 +48,6 @@ async def hook(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-
-
 async def batch(request: web.Request) -> web.Response:
     posts[0] += 1
     before = len(seen)

@@ -201,6 +201,15 @@ class IdlePoller:
             with entry[1]:
                 pass
 
+    def forget_all(self) -> None:
+        """Stop polling every client (a test session ending with clients its tests left open)."""
+        with self._guard:
+            entries = list(self._clients.values())
+            self._clients.clear()
+        for _, lock in entries:
+            with lock:
+                pass
+
     def watching(self, client: Pollable) -> bool:
         with self._guard:
             return id(client) in self._clients

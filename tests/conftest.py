@@ -30,6 +30,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     return report
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _idle_log_poller() -> Iterator[None]:
+    """Clients a test left open are not polled for their log lines after the session: the
+    brokers they point at are gone by then, and every poll would log a refused connection."""
+    yield
+    from ferry.kafka_log import IDLE
+
+    IDLE.forget_all()
+
+
 @pytest.fixture(scope="session")
 def services_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("services")

@@ -208,6 +208,16 @@ def test_idle_poller_polls_idle_clients_only() -> None:
     assert (a.polls, b.polls) == (2, 2)
 
 
+def test_forget_all_stops_every_poll() -> None:
+    idle = IdlePoller(interval_s=3600)
+    a, b = FakeClient(), FakeClient()
+    idle.watch(a)
+    idle.watch(b)
+    idle.forget_all()
+    assert idle.serve_once() == 0
+    assert (a.polls, b.polls) == (0, 0)
+
+
 # --- real clients, through ferry.kafka ---------------------------------------------------------
 
 
