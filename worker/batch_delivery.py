@@ -88,8 +88,12 @@ class BatchDispatcher:
         while records:
             if not ctx.lease.allowed():
                 await ctx.lease.wait()
-            pushes = [p + 1 for p in pushes]
-            again = sum(1 for p in pushes if p > 1)
+            if any(pushes):
+                pushes = [p + 1 for p in pushes]
+                again = sum(1 for p in pushes if p > 1)
+            else:  # every record's first push (the common case): no per-record Python loop
+                pushes = [1] * len(records)
+                again = 0
             if again:
                 runner.retried += again
                 runner._m_retried.inc(again)
