@@ -84,6 +84,18 @@ def kafka(services_dir: Path) -> Iterator[embedded.ServiceProcess | None]:
         _SERVICES.remove(broker)
 
 
+@pytest.fixture()
+def own_broker(tmp_path: Path) -> Iterator[embedded.ServiceProcess]:
+    """A broker of the test's own, which the test may kill (the session's broker is shared)."""
+    broker = embedded.kafka_broker(tmp_path / "own-kafka", port=embedded.free_port())
+    broker.start()
+    try:
+        broker.wait_ready(30)
+        yield broker
+    finally:
+        broker.stop()
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(kafka: embedded.ServiceProcess | None) -> str:
     return EXTERNAL_KAFKA or f"127.0.0.1:{kafka.port}"  # type: ignore[union-attr]

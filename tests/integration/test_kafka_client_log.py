@@ -5,14 +5,11 @@ repeat key. The broker is the test's own (it is killed), never the session's sha
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import secrets
-import socket
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,35 +23,7 @@ from tests.support.wait import until
 from tests.support.worker import WorkerProcess, static_worker
 
 pytestmark = pytest.mark.integration
-PORTS = range(47200, 47290)  # this test's own services
 RAW_LINE = re.compile(r"^%\d\|", re.M)
-
-
-def free_port_in(ports: range, taken: set[int]) -> int:
-    for port in ports:
-        if port in taken:
-            continue
-        with contextlib.suppress(OSError), socket.socket() as s:
-            s.bind(("127.0.0.1", port))
-            taken.add(port)
-            return port
-    raise AssertionError(f"no free port in {ports.start}-{ports.stop - 1}")
-
-
-@pytest.fixture()
-def taken() -> set[int]:
-    return set()
-
-
-@pytest.fixture()
-def own_broker(tmp_path: Path, taken: set[int]) -> Iterator[embedded.ServiceProcess]:
-    broker = embedded.kafka_broker(tmp_path / "own-kafka", port=free_port_in(PORTS, taken))
-    broker.start()
-    try:
-        broker.wait_ready(30)
-        yield broker
-    finally:
-        broker.stop()
 
 
 def client_logs(w: WorkerProcess) -> list[dict[str, Any]]:
@@ -65,17 +34,15 @@ def client_logs(w: WorkerProcess) -> list[dict[str, Any]]:
     return out
 
 
-def test_a_dead_broker_is_logged_structured_and_collapsed(
-    tmp_path: Path, own_broker: embedded.ServiceProcess, taken: set[int]
-) -> None:
+def test_a_dead_broker_is_logged_structured_and_collapsed(tmp_path: Path, own_broker: embedded.ServiceProcess) -> None:
     bootstrap = f"127.0.0.1:{own_broker.port}"
     topic, offsets_topic = f"logs-{secrets.token_hex(3)}", f"__offsets-{secrets.token_hex(3)}"
     create_topic(bootstrap, topic, 1)
     endpoint = EndpointRecorder()
-    endpoint.port = free_port_in(PORTS, taken)
+    endpoint.port = embedded.free_port()
     with endpoint:
         sub = {"name": "logs", "topics": [topic], "endpoint": {"url": endpoint.url}}
-        port = free_port_in(PORTS, taken)
+        port = embedded.free_port()
         env = {"FERRY_LOG_FORMAT": "json", "FERRY_DRAIN_TIMEOUT_MS": "1000", "FERRY_WORKER_METRICS_PORT": str(port)}
         w = static_worker(tmp_path, "wl", bootstrap, offsets_topic, [sub], env=env)
         w.port = port

@@ -5,12 +5,9 @@ and exits. The broker here is the test's own (it is killed), never the session's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import signal
-import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,35 +26,8 @@ from worker.offset_store import OffsetStore
 from worker.producer import AsyncProducer, ProduceFailed
 
 pytestmark = pytest.mark.integration
-PORTS = range(47100, 47200)  # this test's own services
 DRAIN_MS = 3000
 SLACK_S = 8.0  # closing the clients, ZooKeeper, interpreter exit, on a busy 2-core machine
-
-
-_TAKEN: set[int] = set()
-
-
-def free_port_in(ports: range) -> int:
-    """A port of ``ports`` free now and not handed out before (a service may not have bound it yet)."""
-    for port in ports:
-        if port in _TAKEN:
-            continue
-        with contextlib.suppress(OSError), socket.socket() as s:
-            s.bind(("127.0.0.1", port))
-            _TAKEN.add(port)
-            return port
-    raise AssertionError(f"no free port in {ports.start}-{ports.stop - 1}")
-
-
-@pytest.fixture()
-def own_broker(tmp_path: Path) -> Iterator[embedded.ServiceProcess]:
-    broker = embedded.kafka_broker(tmp_path / "own-kafka", port=free_port_in(PORTS))
-    broker.start()
-    try:
-        broker.wait_ready(30)
-        yield broker
-    finally:
-        broker.stop()
 
 
 def kill_broker_then_sigterm(broker: embedded.ServiceProcess, worker: WorkerProcess) -> None:
@@ -88,13 +58,13 @@ def test_sigterm_with_kafka_gone_exits_within_the_bound(
     topic = f"gone-{secrets.token_hex(3)}"
     create_topic(bootstrap, topic, 1)
     endpoint = EndpointRecorder()
-    endpoint.port = free_port_in(PORTS)
+    endpoint.port = embedded.free_port()
     cluster = Cluster(tmp_path, zk_connect, bootstrap, FERRY_DRAIN_TIMEOUT_MS=str(DRAIN_MS))
     try:
         with endpoint:
             cluster.add_subscription({"name": "gone", "topics": [topic], "endpoint": {"url": endpoint.url}})
-            cluster.coordinator(port=free_port_in(PORTS))
-            worker = cluster.worker("wg", port=free_port_in(PORTS))
+            cluster.coordinator(port=embedded.free_port())
+            worker = cluster.worker("wg", port=embedded.free_port())
             until(lambda: cluster.owners("gone", topic, 1) == {0: "wg"}, timeout_s=30, what="wg owns the partition")
             produce(bootstrap, topic, ((f"k{i}".encode(), f"v{i}".encode(), 0) for i in range(20)))
             endpoint.wait_for(lambda rs: len({r.ce_id for r in rs}) >= 20, timeout_s=30, what="20 records pushed")
@@ -118,10 +88,10 @@ def test_static_worker_sigterm_with_kafka_gone(tmp_path: Path, own_broker: embed
     topic, offsets_topic = f"gone-{secrets.token_hex(3)}", f"__offsets-{secrets.token_hex(3)}"
     create_topic(bootstrap, topic, 1)
     endpoint = EndpointRecorder()
-    endpoint.port = free_port_in(PORTS)
+    endpoint.port = embedded.free_port()
     with endpoint:
         sub = {"name": "gone", "topics": [topic], "endpoint": {"url": endpoint.url}}
-        port = free_port_in(PORTS)
+        port = embedded.free_port()
         w = static_worker(
             tmp_path, "ws", bootstrap, offsets_topic, [sub], env={"FERRY_DRAIN_TIMEOUT_MS": str(DRAIN_MS)}
         )
@@ -146,10 +116,10 @@ def test_static_worker_sigterm_with_kafka_up_confirms_its_final_state(
     topic, offsets_topic = f"up-{secrets.token_hex(3)}", f"__offsets-{secrets.token_hex(3)}"
     create_topic(bootstrap, topic, 1)
     endpoint = EndpointRecorder()
-    endpoint.port = free_port_in(PORTS)
+    endpoint.port = embedded.free_port()
     with endpoint:
         sub = {"name": "up", "topics": [topic], "endpoint": {"url": endpoint.url}}
-        port = free_port_in(PORTS)
+        port = embedded.free_port()
         # No periodic flush: only the final write can record the 10 records.
         env = {"FERRY_DRAIN_TIMEOUT_MS": str(DRAIN_MS), "FERRY_OFFSET_FLUSH_INTERVAL_MS": "600000"}
         w = static_worker(tmp_path, "wu", bootstrap, offsets_topic, [sub], env=env)
