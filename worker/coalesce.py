@@ -14,6 +14,8 @@ import asyncio
 from collections.abc import Callable, Hashable, Mapping
 from typing import Generic, TypeVar
 
+from worker.blocking import in_daemon_thread
+
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
@@ -40,7 +42,9 @@ class Coalesced(Generic[K, V]):
         while self._pending:
             batch, self._pending = self._pending, {}
             try:
-                found = await asyncio.to_thread(self._fetch, list(batch))
+                # A daemon thread, not the loop's executor: a worker stopping while a read waits
+                # on an unreachable broker must not wait out the read's timeout at loop shutdown.
+                found = await in_daemon_thread(self._fetch, list(batch), name="ferry-coalesced-read")
             except Exception as exc:
                 for fut in batch.values():
                     if not fut.done():

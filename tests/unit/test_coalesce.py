@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -69,3 +70,30 @@ async def test_a_cancelled_asker_does_not_cancel_the_answer_for_the_next() -> No
     with pytest.raises(asyncio.CancelledError):
         await first
     assert await asyncio.wait_for(again, 10) == "P"
+
+
+def test_a_call_under_way_does_not_hold_up_the_loop_shutdown() -> None:
+    """A worker stopping (SIGTERM) while a restore read waits on an unreachable broker: the read
+    runs in a daemon thread, so closing the event loop does not wait out its timeout (the
+    default executor's threads are joined at shutdown)."""
+    release = threading.Event()
+    started = threading.Event()
+
+    def blocked(keys: list[str]) -> dict[str, int]:
+        started.set()
+        release.wait(8)
+        return dict.fromkeys(keys, 0)
+
+    async def main() -> None:
+        c: Coalesced[str, int] = Coalesced(blocked)
+        asker = asyncio.create_task(c.get("a"))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        asker.cancel()
+
+    t0 = time.monotonic()
+    try:
+        asyncio.run(main())
+        assert time.monotonic() - t0 < 5
+    finally:
+        release.set()
