@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,10 +16,8 @@ import pytest
 
 from ferry import embedded
 from ferry.kafka_log import REPEAT_INTERVAL_S, repeat_key
-from tests.support.endpoint import EndpointRecorder
-from tests.support.kafka import create_topic, produce
 from tests.support.wait import until
-from tests.support.worker import WorkerProcess, static_worker
+from tests.support.worker import WorkerProcess, delivering_worker
 
 pytestmark = pytest.mark.integration
 RAW_LINE = re.compile(r"^%\d\|", re.M)
@@ -36,39 +33,23 @@ def client_logs(w: WorkerProcess) -> list[dict[str, Any]]:
 
 def test_a_dead_broker_is_logged_structured_and_collapsed(tmp_path: Path, own_broker: embedded.ServiceProcess) -> None:
     bootstrap = f"127.0.0.1:{own_broker.port}"
-    topic, offsets_topic = f"logs-{secrets.token_hex(3)}", f"__offsets-{secrets.token_hex(3)}"
-    create_topic(bootstrap, topic, 1)
-    endpoint = EndpointRecorder()
-    endpoint.port = embedded.free_port()
-    with endpoint:
-        sub = {"name": "logs", "topics": [topic], "endpoint": {"url": endpoint.url}}
-        port = embedded.free_port()
-        env = {"FERRY_LOG_FORMAT": "json", "FERRY_DRAIN_TIMEOUT_MS": "1000", "FERRY_WORKER_METRICS_PORT": str(port)}
-        w = static_worker(tmp_path, "wl", bootstrap, offsets_topic, [sub], env=env)
-        w.port = port
-        w.start()
-        try:
-            w.wait_ready(30)
-            produce(bootstrap, topic, ((f"k{i}".encode(), b"v", 0) for i in range(10)))
-            endpoint.wait_for(lambda rs: len({r.ce_id for r in rs}) >= 10, timeout_s=30, what="10 records pushed")
+    env = {"FERRY_LOG_FORMAT": "json", "FERRY_DRAIN_TIMEOUT_MS": "1000"}
+    with delivering_worker(tmp_path, "logs", bootstrap, env) as (w, _, _):
+        own_broker.kill()
+        killed = time.monotonic()
+        until(lambda: not embedded.port_open(own_broker.port), timeout_s=10, what="the broker gone")
 
-            own_broker.kill()
-            killed = time.monotonic()
-            until(lambda: not embedded.port_open(own_broker.port), timeout_s=10, what="the broker gone")
+        def refused() -> list[dict[str, Any]]:
+            return [e for e in client_logs(w) if e["facility"] == "FAIL" and "Connection refused" in e["message"]]
 
-            def refused() -> list[dict[str, Any]]:
-                return [e for e in client_logs(w) if e["facility"] == "FAIL" and "Connection refused" in e["message"]]
-
-            first = until(refused, timeout_s=20, what="a structured FAIL event for the refused connection")[0]
-            # The reconnect attempts go on; the next line of a repeat key comes only after the interval.
-            collapsed = until(
-                lambda: [e for e in refused() if e.get("suppressed", 0) > 0],
-                timeout_s=REPEAT_INTERVAL_S + 20,
-                what="a FAIL event counting the repeats it stands for",
-            )
-            assert w.alive(), w.log_tail()
-        finally:
-            w.stop()
+        first = until(refused, timeout_s=20, what="a structured FAIL event for the refused connection")[0]
+        # The reconnect attempts go on; the next line of a repeat key comes only after the interval.
+        collapsed = until(
+            lambda: [e for e in refused() if e.get("suppressed", 0) > 0],
+            timeout_s=REPEAT_INTERVAL_S + 20,
+            what="a FAIL event counting the repeats it stands for",
+        )
+        assert w.alive(), w.log_tail()
     elapsed = time.monotonic() - killed  # the log below runs until the worker stopped
 
     log = w.log_path.read_text(errors="replace")

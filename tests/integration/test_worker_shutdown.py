@@ -19,7 +19,7 @@ from tests.support.cluster import Cluster
 from tests.support.endpoint import EndpointRecorder
 from tests.support.kafka import create_topic, group_offsets, offset_states, produce
 from tests.support.wait import until
-from tests.support.worker import WorkerProcess, static_worker
+from tests.support.worker import WorkerProcess, delivering_worker
 from worker.blocking import close_within
 from worker.engine import final_write_timeout_ms
 from worker.offset_store import OffsetStore
@@ -85,26 +85,8 @@ def test_sigterm_with_kafka_gone_exits_within_the_bound(
 def test_static_worker_sigterm_with_kafka_gone(tmp_path: Path, own_broker: embedded.ServiceProcess) -> None:
     """Without ZooKeeper the engine's own stop releases the partitions: the same bound holds."""
     bootstrap = f"127.0.0.1:{own_broker.port}"
-    topic, offsets_topic = f"gone-{secrets.token_hex(3)}", f"__offsets-{secrets.token_hex(3)}"
-    create_topic(bootstrap, topic, 1)
-    endpoint = EndpointRecorder()
-    endpoint.port = embedded.free_port()
-    with endpoint:
-        sub = {"name": "gone", "topics": [topic], "endpoint": {"url": endpoint.url}}
-        port = embedded.free_port()
-        w = static_worker(
-            tmp_path, "ws", bootstrap, offsets_topic, [sub], env={"FERRY_DRAIN_TIMEOUT_MS": str(DRAIN_MS)}
-        )
-        w.port = port
-        w.env["FERRY_WORKER_METRICS_PORT"] = str(port)
-        w.start()
-        try:
-            w.wait_ready(30)
-            produce(bootstrap, topic, ((f"k{i}".encode(), b"v", 0) for i in range(10)))
-            endpoint.wait_for(lambda rs: len({r.ce_id for r in rs}) >= 10, timeout_s=30, what="10 records pushed")
-            kill_broker_then_sigterm(own_broker, w)
-        finally:
-            w.stop()
+    with delivering_worker(tmp_path, "gone", bootstrap, {"FERRY_DRAIN_TIMEOUT_MS": str(DRAIN_MS)}) as (w, topic, _):
+        kill_broker_then_sigterm(own_broker, w)
     assert_unconfirmed_logged(w, f"gone/{topic}/0")
 
 
@@ -113,29 +95,13 @@ def test_static_worker_sigterm_with_kafka_up_confirms_its_final_state(
 ) -> None:
     """The clean case is unchanged: the final state and group offset are written and confirmed."""
     bootstrap = f"127.0.0.1:{own_broker.port}"
-    topic, offsets_topic = f"up-{secrets.token_hex(3)}", f"__offsets-{secrets.token_hex(3)}"
-    create_topic(bootstrap, topic, 1)
-    endpoint = EndpointRecorder()
-    endpoint.port = embedded.free_port()
-    with endpoint:
-        sub = {"name": "up", "topics": [topic], "endpoint": {"url": endpoint.url}}
-        port = embedded.free_port()
-        # No periodic flush: only the final write can record the 10 records.
-        env = {"FERRY_DRAIN_TIMEOUT_MS": str(DRAIN_MS), "FERRY_OFFSET_FLUSH_INTERVAL_MS": "600000"}
-        w = static_worker(tmp_path, "wu", bootstrap, offsets_topic, [sub], env=env)
-        w.port = port
-        w.env["FERRY_WORKER_METRICS_PORT"] = str(port)
-        w.start()
-        try:
-            w.wait_ready(30)
-            produce(bootstrap, topic, ((f"k{i}".encode(), b"v", 0) for i in range(10)))
-            endpoint.wait_for(lambda rs: len({r.ce_id for r in rs}) >= 10, timeout_s=30, what="10 records pushed")
-            until(lambda: w.stats()[0]["committed"] == 10, timeout_s=15, what="all 10 acknowledged")
-            assert w.proc is not None
-            w.proc.send_signal(signal.SIGTERM)
-            until(lambda: w.proc.poll() is not None, timeout_s=DRAIN_MS / 1000 + SLACK_S, what="the worker to exit")
-        finally:
-            w.stop()
+    # No periodic flush: only the final write can record the 10 records.
+    env = {"FERRY_DRAIN_TIMEOUT_MS": str(DRAIN_MS), "FERRY_OFFSET_FLUSH_INTERVAL_MS": "600000"}
+    with delivering_worker(tmp_path, "up", bootstrap, env) as (w, topic, offsets_topic):
+        until(lambda: w.stats()[0]["committed"] == 10, timeout_s=15, what="all 10 acknowledged")
+        assert w.proc is not None
+        w.proc.send_signal(signal.SIGTERM)
+        until(lambda: w.proc.poll() is not None, timeout_s=DRAIN_MS / 1000 + SLACK_S, what="the worker to exit")
     assert w.proc.returncode == 0
     log = w.log_path.read_text()
     assert "final_state_unconfirmed" not in log and "group_commit_unconfirmed" not in log

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ferry import embedded
+from tests.support.endpoint import EndpointRecorder
+from tests.support.kafka import create_topic, produce
 
 
 class WorkerProcess(embedded.ServiceProcess):
@@ -57,3 +62,27 @@ def static_worker(
             **(env or {}),
         },
     )
+
+
+@contextlib.contextmanager
+def delivering_worker(
+    tmp: Path, name: str, bootstrap: str, env: dict[str, str], records: int = 10
+) -> Iterator[tuple[WorkerProcess, str, str]]:
+    """A static worker for subscription ``name`` on a new one-partition topic, started and past
+    its first ``records`` records pushed to a recording endpoint: (the worker, the topic, its offsets topic). The
+    worker is stopped (and the endpoint closed) when the block ends."""
+    topic, offsets_topic = f"{name}-{secrets.token_hex(3)}", f"__offsets-{secrets.token_hex(3)}"
+    create_topic(bootstrap, topic, 1)
+    with EndpointRecorder() as endpoint:
+        sub = {"name": name, "topics": [topic], "endpoint": {"url": endpoint.url}}
+        w = static_worker(tmp, f"w-{name}", bootstrap, offsets_topic, [sub], env=env)
+        w.start()
+        try:
+            w.wait_ready(30)
+            produce(bootstrap, topic, ((f"k{i}".encode(), b"v", 0) for i in range(records)))
+            endpoint.wait_for(
+                lambda rs: len({r.ce_id for r in rs}) >= records, timeout_s=30, what=f"{records} records pushed"
+            )
+            yield w, topic, offsets_topic
+        finally:
+            w.stop()
