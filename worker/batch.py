@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -35,7 +34,7 @@ from urllib.parse import quote
 
 import orjson
 
-from worker.push import CE_TYPE, DEFAULT_CONTENT_TYPE, Record, _header_value
+from worker.push import CE_TYPE, DEFAULT_CONTENT_TYPE, Record, _header_value, utc_second
 from worker.retry import Decision, RetryPolicy
 
 # Answer bodies are read up to this size; a longer one cannot be trusted as per-record results.
@@ -65,7 +64,7 @@ RESERVED_ATTRS = frozenset(
 _JSON_TYPE_RE = re.compile(r"^(application|text)/([a-z0-9.!#$&^_-]+\+)?json\s*(;.*)?$", re.IGNORECASE)
 # Per-event bytes beyond key and value, for the max_bytes estimate taken before encoding.
 EVENT_OVERHEAD = 320
-_MILLIS = tuple(f".{ms:03d}Z" for ms in range(1000))
+_MILLIS = tuple(f"{ms:03d}Z" for ms in range(1000))
 
 
 def event_size(record: Record) -> int:
@@ -104,7 +103,7 @@ class EventEncoder:
         second = ms // 1000
         if second != self._second:
             self._second = second
-            self._second_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second_text = utc_second(second)
         return second, self._second_text
 
     def _content_type(self, raw: bytes | None) -> tuple[str, bool]:

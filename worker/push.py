@@ -77,7 +77,8 @@ class Record(_RecordFields):
 
 
 @functools.lru_cache(maxsize=256)
-def _utc_second(seconds: int) -> str:
+def utc_second(seconds: int) -> str:
+    """``seconds`` since the epoch as RFC 3339 UTC up to the seconds and the dot."""
     return time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(seconds))
 
 
@@ -85,7 +86,7 @@ def rfc3339_ms(timestamp_ms: int) -> str:
     """Records of one fetch share their second: formatting it once per second, not per record,
     was ~10 % of the single-record path (bench/profile.py)."""
     seconds, ms = divmod(timestamp_ms, 1000)
-    return f"{_utc_second(seconds)}{ms:03d}Z"
+    return f"{utc_second(seconds)}{ms:03d}Z"
 
 
 def _header_value(raw: bytes) -> str:
@@ -144,8 +145,6 @@ class PushClient:
         # encoded header lines that do not change from record to record).
         self._constant: dict[tuple[str, str, int, Sequence[tuple[str, bytes | None]]], tuple[Subscription, bytes]] = {}
         self._key_lines: dict[bytes, bytes] = {}
-        self._second: int | None = None  # the second _second_text formats (ce-time is formatted once per second)
-        self._second_text = ""
 
     async def start(self) -> None:
         return None
@@ -179,13 +178,10 @@ class PushClient:
                     self._key_lines.clear()
                 key_line = self._key_lines[key] = b"\r\nce-partitionkey: " + quote(key, safe="").encode()
         offset = record.offset
-        seconds, ms = divmod(record.timestamp_ms, 1000)
-        if seconds != self._second:
-            self._second, self._second_text = seconds, _utc_second(seconds)
         return (
             found[1]
             + (
-                f"\r\nce-id: {record.topic}/{record.partition}/{offset}\r\nce-time: {self._second_text}{ms:03d}Z"
+                f"\r\nce-id: {record.topic}/{record.partition}/{offset}\r\nce-time: {rfc3339_ms(record.timestamp_ms)}"
                 f"\r\nce-kafkaoffset: {offset}\r\nce-ferryattempt: {attempt}"
             ).encode()
             + key_line
