@@ -3,8 +3,11 @@
 # runtime for the Spark offset replay (`ferry replay`).
 
 FROM python:3.11-slim AS build
+# A C compiler for the worker's optional speedups (setup.py, docs/operations.md).
+RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY ferry ferry
 COPY worker worker
 COPY coordinator coordinator

@@ -15,15 +15,17 @@ the same topic partition, the engine gives the second one its own :class:`Fetche
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ferry import kafka, log
+from worker import native
 from worker.push import NO_HEADERS, Record
 
 _log = log.get_logger(__name__)
@@ -41,6 +43,68 @@ class Batch:
 
 
 OnBatch = Callable[["Fetcher", Batch], None]
+Built = tuple[dict[TP, list[Record]], dict[TP, int], list[tuple[str, int, KafkaError]]]
+
+
+def build_batch_py(msgs: Sequence[Message], header_sets: dict[Headers, Headers]) -> Built:
+    """(records per partition, partitions at their end with the end offset, errors) of one consume().
+
+    The reference for ``worker/_records.c``, which does the same without the interpreter.
+    Per record: C accessors and one Record, nothing more (this loop bounds fetch throughput).
+    """
+    records: dict[TP, list[Record]] = {}
+    eof: dict[TP, int] = {}
+    errors: list[tuple[str, int, KafkaError]] = []
+    last_topic: str | None = None
+    last_p = -1
+    out: list[Record] = []
+    new = tuple.__new__  # Record without a Python frame (worker/push.py)
+    for m in msgs:
+        err = m.error()
+        p = m.partition()
+        if err is not None:
+            where = cast(str, m.topic())
+            if err.code() == KafkaError._PARTITION_EOF:
+                eof[(where, cast(int, p))] = cast(int, m.offset())
+            else:
+                errors.append((where, cast(int, p), err))
+            continue
+        topic = m.topic()
+        if p != last_p or topic != last_topic:
+            last_topic, last_p = topic, cast(int, p)
+            # Consumed messages always carry topic, partition and offset; the stubs say Optional.
+            out = records.setdefault((cast(str, topic), last_p), [])
+        key, value = m.key(), m.value()
+        size = (len(value) if value else 0) + (len(key) if key else 0) + 64  # as Record() computes it
+        raw_headers = m.headers()
+        if raw_headers:
+            # One shared tuple per distinct header set: records of a topic mostly carry the same
+            # few, and a list per record is one more object for the collector to visit while the
+            # record waits in the window.
+            hkey: Headers = tuple(raw_headers)  # type: ignore[arg-type]
+            headers = header_sets.get(hkey)
+            if headers is None:
+                if len(header_sets) >= _HEADER_SETS_MAX:
+                    header_sets.clear()
+                headers = header_sets[hkey] = hkey
+        else:
+            headers = NO_HEADERS
+        out.append(new(Record, (topic, p, m.offset(), key, value, headers, m.timestamp()[1], size)))
+    return records, eof, errors
+
+
+def _native_build() -> Callable[[Sequence[Message], dict[Headers, Headers]], Built] | None:
+    module = native.load("_records")
+    if module is None:
+        return None
+    return functools.partial(_native_call, module.build)
+
+
+def _native_call(build: Callable[..., Built], msgs: Sequence[Message], header_sets: dict[Headers, Headers]) -> Built:
+    return build(msgs, Record, header_sets, NO_HEADERS, _HEADER_SETS_MAX, KafkaError._PARTITION_EOF)
+
+
+build_batch = _native_build() or build_batch_py
 
 
 class Fetcher:
@@ -68,6 +132,7 @@ class Fetcher:
         self._on_batch = on_batch
         self._batch_size = batch_size
         self._header_sets: dict[Headers, Headers] = {}
+        self._build = build_batch
         self._ops: queue.SimpleQueue[tuple[str, TP, int]] = queue.SimpleQueue()
         self.assigned: set[TP] = set()
         self._running = False
@@ -144,45 +209,10 @@ class Fetcher:
                 msgs = consumer.consume(self._batch_size, 0.005)
                 if not msgs:
                     continue
-                batch = Batch()
-                records = batch.records
-                last_topic: str | None = None
-                last_p = -1
-                out: list[Record] = []
-                new = tuple.__new__  # Record without a Python frame (worker/push.py)
-                header_sets = self._header_sets
-                # Per record: C accessors and one Record, nothing more (this loop bounds fetch throughput).
-                for m in msgs:
-                    err = m.error()
-                    p = m.partition()
-                    if err is not None:
-                        tp = (cast(str, m.topic()), cast(int, p))
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            batch.eof[tp] = cast(int, m.offset())
-                        else:
-                            _log.warning("fetch.error", topic=tp[0], partition=tp[1], error=err.str())
-                        continue
-                    topic = m.topic()
-                    if p != last_p or topic != last_topic:
-                        last_topic, last_p = topic, cast(int, p)
-                        # Consumed messages always carry topic, partition and offset; the stubs say Optional.
-                        out = records.setdefault((cast(str, topic), last_p), [])
-                    key, value = m.key(), m.value()
-                    size = (len(value) if value else 0) + (len(key) if key else 0) + 64  # as Record() computes it
-                    raw_headers = m.headers()
-                    if raw_headers:
-                        # One shared tuple per distinct header set: records of a topic mostly carry
-                        # the same few, and a list per record is one more object for the collector
-                        # to visit while the record waits in the window.
-                        hkey: Headers = tuple(raw_headers)  # type: ignore[arg-type]
-                        headers = header_sets.get(hkey)
-                        if headers is None:
-                            if len(header_sets) >= _HEADER_SETS_MAX:
-                                header_sets.clear()
-                            headers = header_sets[hkey] = hkey
-                    else:
-                        headers = NO_HEADERS
-                    out.append(new(Record, (topic, p, m.offset(), key, value, headers, m.timestamp()[1], size)))
+                records, eof, errors = self._build(msgs, self._header_sets)
+                batch = Batch(records, eof)
+                for topic, p, err in errors:
+                    _log.warning("fetch.error", topic=topic, partition=p, error=err.str())
                 for tp in batch.records:
                     try:
                         _, hw = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
