@@ -5,10 +5,11 @@ install still succeeds and the worker runs the pure-Python path (its ``worker.st
 says which path it runs). After editing a ``.c`` file: ``python3 setup.py build_ext --inplace``.
 """
 
-from setuptools import Extension, setup  # noqa: F401 - Extension: the list below
+from setuptools import Extension, setup
 
 setup(
     ext_modules=[
         # worker/native.py lists them for the start log line.
+        Extension("worker._encode", ["worker/_encode.c"], optional=True),
     ]
 )

@@ -17,7 +17,7 @@ import os
 from types import ModuleType
 
 # The C modules setup.py builds (each optional).
-MODULES: tuple[str, ...] = ()
+MODULES: tuple[str, ...] = ("_encode",)
 
 
 def enabled() -> bool:
@@ -37,4 +37,3 @@ def load(name: str) -> ModuleType | None:
 def loaded() -> dict[str, bool]:
     """Which speedups this process runs, for the start log line."""
     return {name: load(name) is not None for name in MODULES}
-
