@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ferry import health, log
 from ferry.config import Settings
+from worker import native
 from worker.engine import Engine
 
 _log = log.get_logger(__name__)
@@ -73,7 +74,9 @@ async def serve(settings: Settings, assignment_file: str | None = None) -> int:
         service="worker",
         json_routes={"/stats": lambda: {"worker": worker_id, "partitions": engine.stats()}},
     )
-    _log.info("worker.starting", worker=worker_id, metrics_port=port, static=bool(assignment_file))
+    _log.info(
+        "worker.starting", worker=worker_id, metrics_port=port, static=bool(assignment_file), native=native.loaded()
+    )
     try:
         await engine.start()
         if assignment_file:
