@@ -48,22 +48,20 @@ static int buf_reserve(Buf *b, size_t extra) {
     return 0;
 }
 
-static int buf_put(Buf *b, const char *s, size_t n) {
-    if (buf_reserve(b, n) < 0) return -1;
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    return 0;
-}
+/* A str's UTF-8 form; CPython keeps it in the str object, so the pointer is valid while
+ * the caller holds a reference to the str. */
+typedef struct {
+    const char *s;
+    size_t n;
+} Text;
 
-#define PUT_LIT(b, lit) buf_put((b), (lit), sizeof(lit) - 1)
-
-/* A str from a cache, as UTF-8 (CPython keeps that form in the str object: the pointer
- * is valid while the caller holds a reference to s). */
-static int put_str(Buf *b, PyObject *s) {
+static int text_of(PyObject *str, Text *t) {
     Py_ssize_t n;
-    const char *u = PyUnicode_AsUTF8AndSize(s, &n);
+    const char *u = PyUnicode_AsUTF8AndSize(str, &n);
     if (u == NULL) return -1;
-    return buf_put(b, u, (size_t)n);
+    t->s = u;
+    t->n = (size_t)n;
+    return 0;
 }
 
 /* Decimal digits of v into tmp (at least 21 bytes); returns the length. */
@@ -81,31 +79,30 @@ static size_t format_ll(char *tmp, long long v) {
     return len;
 }
 
-/* f"{o}": an exact int in range by hand, anything else (a huge int, a bool, a subclass)
- * through format(o, ""), which is what the f-string calls. */
-static int put_int(Buf *b, PyObject *o) {
+/* f"{o}" of an offset or attempt: an exact int in range as digits in tmp (24 bytes),
+ * anything else (a huge int, a bool, a subclass) through format(o, ""), which is what the
+ * f-string calls, held in *owned. */
+static int int_text(PyObject *o, char *tmp, PyObject **owned, Text *t) {
+    Py_CLEAR(*owned);
     if (PyLong_CheckExact(o)) {
         int overflow;
         long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
         if (v == -1 && PyErr_Occurred()) return -1;
         if (!overflow) {
-            char tmp[24];
-            return buf_put(b, tmp, format_ll(tmp, v));
+            t->s = tmp;
+            t->n = format_ll(tmp, v);
+            return 0;
         }
     }
-    PyObject *s = PyObject_Format(o, NULL);
-    if (s == NULL) return -1;
-    int rc = put_str(b, s);
-    Py_DECREF(s);
-    return rc;
+    if ((*owned = PyObject_Format(o, NULL)) == NULL) return -1;
+    return text_of(*owned, t);
 }
 
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-/* base64.b64encode: standard alphabet, '=' padding. */
-static int put_base64(Buf *b, const unsigned char *s, size_t n) {
-    if (buf_reserve(b, (n + 2) / 3 * 4) < 0) return -1;
-    char *o = b->p + b->len;
+/* base64.b64encode (standard alphabet, '=' padding) of s into o, which has room for
+ * (n + 2) / 3 * 4 bytes; returns the end. */
+static char *put_base64(char *o, const unsigned char *s, size_t n) {
     size_t i = 0;
     for (; i + 3 <= n; i += 3) {
         uint32_t v = (uint32_t)s[i] << 16 | (uint32_t)s[i + 1] << 8 | s[i + 2];
@@ -121,9 +118,12 @@ static int put_base64(Buf *b, const unsigned char *s, size_t n) {
         *o++ = i + 1 < n ? B64[(v >> 6) & 63] : '=';
         *o++ = '=';
     }
-    b->len = (size_t)(o - b->p);
-    return 0;
+    return o;
 }
+
+/* Unchecked writes into room reserved beforehand. */
+#define W(o, src, len) (memcpy((o), (src), (len)), (o) += (len))
+#define WL(o, lit) W((o), (lit), sizeof(lit) - 1)
 
 /* ---- the JSON check ----------------------------------------------------------------- */
 
@@ -162,11 +162,25 @@ static int utf8_len(const unsigned char *p, const unsigned char *end) {
     return n;
 }
 
+/* Whether any of the 8 bytes of w may need a closer look in a string: a quote, a
+ * backslash, a control character or a non-ASCII byte. False positives are harmless (the
+ * bytes are then looked at one by one), there are no false negatives: a byte below 0x20
+ * borrows in w - 0x20..20 and sets its high bit, and (v - 0x01..01) & ~v has the high bit
+ * of a zero byte of v set ("Bit Twiddling Hacks", haszero). */
+static inline uint64_t may_need_look(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ULL;
+    uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
+    return (((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | (w - ones * 0x20) | w) &
+           0x8080808080808080ULL;
+}
+
 /* A string from its opening quote; *pp moves past the closing one. 1 valid, 0 not. */
 static int scan_string(const unsigned char **pp, const unsigned char *end) {
     const unsigned char *p = *pp + 1;
     for (;;) {
-        /* The common case first: printable ASCII other than the quote and backslash. */
+        /* The common case first: printable ASCII other than the quote and backslash, 8
+         * bytes at a time, then byte by byte. */
+        for (uint64_t w; end - p >= 8 && (memcpy(&w, p, 8), !may_need_look(w));) p += 8;
         while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
         if (p >= end) return 0;
         unsigned char c = *p;
@@ -409,8 +423,11 @@ static PyObject *encode_batch(PyObject *module, PyObject *args) {
 
     PyObject *result = NULL, *records = NULL, *attempts = NULL, *header_sets = NULL, *keys = NULL, *where = NULL;
     PyObject *plain = NULL, *second_obj = NULL, *second_text = NULL, *last_headers = NULL, *header_set = NULL;
-    PyObject *topic = NULL, *partition = NULL, *where_pair = NULL, *key_attr = NULL;
+    PyObject *topic = NULL, *partition = NULL, *where_pair = NULL, *key_attr = NULL, *offset_str = NULL;
+    PyObject *attempt_str = NULL;
     Buf buf = {NULL, 0, 0};
+    /* UTF-8 of the strs the events are made of, taken when they change. */
+    Text t_ctype, t_extra = {"", 0}, t_id = {"", 0}, t_kafka = {"", 0}, t_second = {"", 0};
 
     /* Tuples: records and attempts cannot change under us while a callback runs. */
     if ((records = PySequence_Tuple(records_arg)) == NULL) goto done;
@@ -441,19 +458,20 @@ static PyObject *encode_batch(PyObject *module, PyObject *args) {
         second = PyLong_AsLongLongAndOverflow(second_obj, &overflow);
         if (second == -1 && PyErr_Occurred()) goto done;
         have_second = !overflow;
+        if (have_second && text_of(second_text, &t_second) < 0) goto done;
     }
 
     /* The current header set: its escaped content type, JSON flag and extra attributes
      * (borrowed from header_set, or from plain with extra ""). */
     PyObject *ctype = PyTuple_GET_ITEM(plain, 0), *extra = NULL;
     int json_type = PyObject_IsTrue(PyTuple_GET_ITEM(plain, 1));
-    if (json_type < 0) goto done;
-    /* partition starts as None, where the Python loop has -1: either way the first record
-     * looks up its (topic, partition). */
+    if (json_type < 0 || text_of(ctype, &t_ctype) < 0) goto done;
+    /* As the Python loop starts: topic None, partition -1. */
     topic = Py_NewRef(Py_None);
-    partition = Py_NewRef(Py_None);
+    if ((partition = PyLong_FromLong(-1)) == NULL) goto done;
 
-    if (PUT_LIT(&buf, "[") < 0) goto done;
+    if (buf_reserve(&buf, 2) < 0) goto done;
+    buf.p[buf.len++] = '[';
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *r = PyTuple_GET_ITEM(records, i), *attempt = PyTuple_GET_ITEM(attempts, i);
         if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) < N_FIELDS) goto fallback;
@@ -481,6 +499,8 @@ static PyObject *encode_batch(PyObject *module, PyObject *args) {
                 extra = NULL;
                 if ((json_type = PyObject_IsTrue(PyTuple_GET_ITEM(plain, 1))) < 0) goto done;
             }
+            if (text_of(ctype, &t_ctype) < 0 || (extra != NULL && text_of(extra, &t_extra) < 0)) goto done;
+            if (extra == NULL) t_extra.n = 0;
         }
 
         PyObject *r_topic = PyTuple_GET_ITEM(r, F_TOPIC), *r_partition = PyTuple_GET_ITEM(r, F_PARTITION);
@@ -494,7 +514,9 @@ static PyObject *encode_batch(PyObject *module, PyObject *args) {
             if (tp == NULL) goto done;
             Py_XSETREF(where_pair, cached(where, tp, 2, encoder, M_WHERE_OF, 1));
             Py_DECREF(tp);
-            if (where_pair == NULL) goto done;
+            if (where_pair == NULL || text_of(PyTuple_GET_ITEM(where_pair, 0), &t_id) < 0 ||
+                text_of(PyTuple_GET_ITEM(where_pair, 1), &t_kafka) < 0)
+                goto done;
         }
 
         /* Floor division and modulo as Python's, without overflow at LLONG_MIN. */
@@ -514,6 +536,7 @@ static PyObject *encode_batch(PyObject *module, PyObject *args) {
             }
             Py_SETREF(second_text, Py_NewRef(PyTuple_GET_ITEM(pair, 1)));
             Py_DECREF(pair);
+            if (text_of(second_text, &t_second) < 0) goto done;
             second = sec;
             have_second = 1;
         }
@@ -528,32 +551,54 @@ static PyObject *encode_batch(PyObject *module, PyObject *args) {
         }
         if (value != Py_None && !PyBytes_Check(value)) goto fallback;
 
-        /* No more callbacks for this record: write it. */
-        PyObject *offset = PyTuple_GET_ITEM(r, F_OFFSET);
-        char millis[5] = {(char)('0' + milli / 100), (char)('0' + milli / 10 % 10), (char)('0' + milli % 10), 'Z', '"'};
-        if ((i > 0 && PUT_LIT(&buf, ",") < 0) || put_str(&buf, PyTuple_GET_ITEM(where_pair, 0)) < 0 ||
-            put_int(&buf, offset) < 0 || PUT_LIT(&buf, "\",\"time\":\"") < 0 || put_str(&buf, second_text) < 0 ||
-            buf_put(&buf, millis, 5) < 0 || PUT_LIT(&buf, ",\"datacontenttype\":") < 0 || put_str(&buf, ctype) < 0 ||
-            put_str(&buf, PyTuple_GET_ITEM(where_pair, 1)) < 0 || put_int(&buf, offset) < 0 ||
-            PUT_LIT(&buf, ",\"ferryattempt\":") < 0 || put_int(&buf, attempt) < 0 ||
-            (key_attr != NULL && put_str(&buf, key_attr) < 0) || (extra != NULL && put_str(&buf, extra) < 0))
+        /* No more callbacks for this record: its texts, its data, then one reservation and
+         * unchecked writes. */
+        char offset_digits[24], attempt_digits[24];
+        Text t_offset, t_attempt, t_key = {"", 0};
+        if (int_text(PyTuple_GET_ITEM(r, F_OFFSET), offset_digits, &offset_str, &t_offset) < 0 ||
+            int_text(attempt, attempt_digits, &attempt_str, &t_attempt) < 0 ||
+            (key_attr != NULL && text_of(key_attr, &t_key) < 0))
             goto done;
+        const unsigned char *data = NULL;
+        size_t size = 0, data_room = 0;
+        int embed = 0;
         if (value != Py_None) {
-            const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(value);
-            Py_ssize_t size = PyBytes_GET_SIZE(value);
-            int embed = json_type ? json_valid(data, size, max_depth) : 0;
-            if (embed < 0) goto done;
-            if (embed) {
-                /* Valid UTF-8: what value.decode() then .encode() would give. */
-                if (PUT_LIT(&buf, ",\"data\":") < 0 || buf_put(&buf, (const char *)data, (size_t)size) < 0) goto done;
-            } else if (PUT_LIT(&buf, ",\"data_base64\":\"") < 0 || put_base64(&buf, data, (size_t)size) < 0 ||
-                       PUT_LIT(&buf, "\"") < 0) {
-                goto done;
-            }
+            data = (const unsigned char *)PyBytes_AS_STRING(value);
+            size = (size_t)PyBytes_GET_SIZE(value);
+            if (json_type && (embed = json_valid(data, (Py_ssize_t)size, max_depth)) < 0) goto done;
+            data_room = 20 + (embed ? size : (size + 2) / 3 * 4);
         }
-        if (PUT_LIT(&buf, "}") < 0) goto done;
+        size_t room = 64 + t_id.n + 2 * t_offset.n + t_second.n + t_ctype.n + t_kafka.n + t_attempt.n + t_key.n +
+                      t_extra.n + data_room; /* 64: the literals, the comma and the braces */
+        if (buf_reserve(&buf, room) < 0) goto done;
+        char *o = buf.p + buf.len;
+        char millis[5] = {(char)('0' + milli / 100), (char)('0' + milli / 10 % 10), (char)('0' + milli % 10), 'Z', '"'};
+        if (i > 0) *o++ = ',';
+        W(o, t_id.s, t_id.n);
+        W(o, t_offset.s, t_offset.n);
+        WL(o, "\",\"time\":\"");
+        W(o, t_second.s, t_second.n);
+        W(o, millis, 5);
+        WL(o, ",\"datacontenttype\":");
+        W(o, t_ctype.s, t_ctype.n);
+        W(o, t_kafka.s, t_kafka.n);
+        W(o, t_offset.s, t_offset.n);
+        WL(o, ",\"ferryattempt\":");
+        W(o, t_attempt.s, t_attempt.n);
+        W(o, t_key.s, t_key.n);
+        W(o, t_extra.s, t_extra.n);
+        if (data != NULL && embed) {
+            WL(o, ",\"data\":");
+            W(o, data, size); /* valid UTF-8: what value.decode() then .encode() would give */
+        } else if (data != NULL) {
+            WL(o, ",\"data_base64\":\"");
+            o = put_base64(o, data, size);
+            *o++ = '"';
+        }
+        *o++ = '}';
+        buf.len = (size_t)(o - buf.p);
     }
-    if (PUT_LIT(&buf, "]") < 0) goto done;
+    buf.p[buf.len++] = ']'; /* room: the reservation of "[" or of the last event */
     result = PyBytes_FromStringAndSize(buf.p, (Py_ssize_t)buf.len);
     goto done;
 
@@ -577,6 +622,8 @@ done:
     Py_XDECREF(partition);
     Py_XDECREF(where_pair);
     Py_XDECREF(key_attr);
+    Py_XDECREF(offset_str);
+    Py_XDECREF(attempt_str);
     return result;
 }
 

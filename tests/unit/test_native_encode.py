@@ -173,6 +173,16 @@ def test_nesting_limit_is_orjsons(enc: ModuleType) -> None:
     assert enc.is_json(b"[" * 10**6, -1) is False
 
 
+def test_every_byte_at_every_position_of_a_string(enc: ModuleType) -> None:
+    """Strings are scanned 8 bytes at a time: each byte value, at each position of a word, in a
+    string and in a name, must get orjson's verdict."""
+    for byte in range(256):
+        for at in range(18):
+            text = b"a" * at + bytes([byte]) + b"b" * 17
+            for doc in (b'"' + text + b'"', b'{"' + text + b'":1}', b'"' + text + b'\\u00e9\xc3\xa9"'):
+                assert enc.is_json(doc, -1) is is_json(doc), doc
+
+
 SEEDS = [
     b'{"a": [1, 2.5e-3, -0, true, false, null], "b": {"c": "d\\u00e9\\n"}, "e": ""}',
     b'[{"id":1,"name":"\xc3\xa9t\xc3\xa9","tags":["x","y"]},{"id":2,"v":-12.5E+7}]',
