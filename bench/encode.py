@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -24,7 +25,7 @@ from worker.batch import EventEncoder, encode_batch
 from worker.push import Record
 
 
-def batches(n: int, headers: list[tuple[str, bytes | None]]) -> list[list[Record]]:
+def batches(n: int, headers: Sequence[tuple[str, bytes | None]]) -> list[list[Record]]:
     shared = tuple(headers)  # as worker/fetch.py does: one tuple per distinct header set
     return [
         [
