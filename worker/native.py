@@ -17,7 +17,7 @@ import os
 from types import ModuleType
 
 # The C modules setup.py builds (each optional).
-MODULES: tuple[str, ...] = ("_records",)
+MODULES: tuple[str, ...] = ("_records", "_encode")
 
 
 def enabled() -> bool:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import json
 import random
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+import worker.batch as batch_module
 from ferry.subscription import RetryPolicySpec
+from tests.support.native import required
 from worker.batch import EventEncoder, Verdict, encode_batch, event_id, interpret, is_json, settle
 from worker.push import Record
 from worker.retry import RetryPolicy
@@ -162,6 +165,33 @@ def test_partly_taken_lane_resumes_after_finish() -> None:
 
 # --- the body ---------------------------------------------------------------------------------
 
+Encode = Callable[[EventEncoder, Sequence[Record], Sequence[int]], bytes]
+
+
+@pytest.fixture(params=["python", "c"])
+def encode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Encode:
+    """encode_batch on either path: the Python loop, or its C twin (worker/_encode.c; the C run
+    fails when the module was not built, skips under FERRY_NATIVE=0)."""
+    if request.param == "python":
+        monkeypatch.setattr(batch_module, "_native", None)
+        return encode_batch
+    module = required("_encode")
+    monkeypatch.setattr(batch_module, "_native", module)
+
+    def c_path(encoder: EventEncoder, records: Sequence[Record], attempts: Sequence[int]) -> bytes:
+        body: Any = module.encode_batch(encoder, records, attempts, batch_module._JSON_MAX_DEPTH)
+        assert isinstance(body, bytes), "the C path left this batch to Python"
+        assert body == encode_batch(encoder, records, attempts)  # the wired-in function gives it too
+        return body
+
+    return c_path
+
+
+def one_event(encode: Encode, encoder: EventEncoder, record: Record, attempt: int) -> Any:
+    events = json.loads(encode(encoder, [record], [attempt]))
+    assert len(events) == 1
+    return events[0]
+
 
 def rec(offset: int = 7, key: bytes | None = b"k/1", value: bytes | None = b'{"a": [1, 2]}', **kw: Any) -> Record:
     headers = kw.pop("headers", [("content-type", b"application/json")])
@@ -182,9 +212,11 @@ def rec(offset: int = 7, key: bytes | None = b"k/1", value: bytes | None = b'{"a
         (b"", b"application/json", None),
     ],
 )
-def test_data_is_json_when_it_is_else_base64_byte_for_byte(value: bytes, content_type: bytes | None, data: Any) -> None:
+def test_data_is_json_when_it_is_else_base64_byte_for_byte(
+    encode: Encode, value: bytes, content_type: bytes | None, data: Any
+) -> None:
     headers = [("content-type", content_type)] if content_type is not None else []
-    event = json.loads(EventEncoder("c", "s").event(rec(value=value, headers=headers), 1))
+    event = one_event(encode, EventEncoder("c", "s"), rec(value=value, headers=headers), 1)
     if data is not None:
         assert event["data"] == data
         assert "data_base64" not in event
@@ -194,7 +226,7 @@ def test_data_is_json_when_it_is_else_base64_byte_for_byte(value: bytes, content
     assert event["datacontenttype"] == (content_type.decode() if content_type else "application/octet-stream")
 
 
-def test_event_attributes() -> None:
+def test_event_attributes(encode: Encode) -> None:
     headers = [
         ("content-type", b"application/json"),
         ("TraceParent", b"00-abc"),
@@ -203,7 +235,7 @@ def test_event_attributes() -> None:
         ("bin", b"\x00\xff"),
         ("gone", None),
     ]
-    event = json.loads(EventEncoder("prod", "orders-to-billing").event(rec(headers=headers), 4))
+    event = one_event(encode, EventEncoder("prod", "orders-to-billing"), rec(headers=headers), 4)
     assert event == {
         "specversion": "1.0",
         "id": "orders/3/7",
@@ -223,22 +255,24 @@ def test_event_attributes() -> None:
     }
 
 
-def test_null_key_and_null_value() -> None:
-    event = json.loads(EventEncoder("c", "s").event(rec(key=None, value=None, headers=[]), 1))
+def test_null_key_and_null_value(encode: Encode) -> None:
+    event = one_event(encode, EventEncoder("c", "s"), rec(key=None, value=None, headers=[]), 1)
     assert "partitionkey" not in event
     assert "data" not in event and "data_base64" not in event
 
 
-def test_batch_is_an_array_in_record_order_with_attempts() -> None:
-    body = encode_batch(EventEncoder("c", "s"), [rec(1), rec(2), rec(3)], [1, 2, 1])
+def test_batch_is_an_array_in_record_order_with_attempts(encode: Encode) -> None:
+    body = encode(EventEncoder("c", "s"), [rec(1), rec(2), rec(3)], [1, 2, 1])
     events = json.loads(body)
     assert [e["kafkaoffset"] for e in events] == [1, 2, 3]
     assert [e["ferryattempt"] for e in events] == [1, 2, 1]
     assert event_id(rec(9)) == "orders/3/9"
 
 
-def test_is_json() -> None:
-    assert is_json(b" {} ") and is_json(b"1") and not is_json(b"Infinity") and not is_json(b"{}x")
+@pytest.mark.parametrize("path", ["orjson", "c"])
+def test_is_json(path: str) -> None:
+    check = is_json if path == "orjson" else required("_encode").is_json
+    assert check(b" {} ") and check(b"1") and not check(b"Infinity") and not check(b"{}x")
 
 
 # --- answers ----------------------------------------------------------------------------------
@@ -362,7 +396,7 @@ def test_settle_honours_retry_after_capped() -> None:
     assert decisions[0].delay_s == 1.0  # capped at retry.max_backoff_ms
 
 
-def test_time_of_a_record_just_before_the_epoch() -> None:
+def test_time_of_a_record_just_before_the_epoch(encode: Encode) -> None:
     """A timestamp of -1 ms (second -1) is formatted, not taken for the encoder's "no second yet"."""
-    event = json.loads(EventEncoder("c", "s").event(rec(ts=-1), 1))
+    event = one_event(encode, EventEncoder("c", "s"), rec(ts=-1), 1)
     assert event["time"] == "1969-12-31T23:59:59.999Z"

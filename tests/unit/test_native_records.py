@@ -1,7 +1,7 @@
 """worker/_records.c against its reference, worker.fetch.build_batch_py, on the same messages.
 
 The C module must be built (setup.py; CI has a compiler): a missing module fails here instead of
-skipping, or a broken build would pass unnoticed.
+skipping (tests/support/native.py), or a broken build would pass unnoticed.
 """
 
 from __future__ import annotations
@@ -13,15 +13,13 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from worker import fetch, native
+from tests.support.native import required
+from worker import fetch
 from worker.push import NO_HEADERS, Record
-
-records_c = native.load("_records")
 
 
 def _native(msgs: list[Message], header_sets: dict[Any, Any]) -> fetch.Built:
-    assert records_c is not None, "worker._records is not built: run `python3 setup.py build_ext --inplace`"
-    return fetch._native_call(records_c.build, msgs, header_sets)
+    return fetch._native_call(required("_records").build, msgs, header_sets)
 
 
 def msg(
@@ -140,5 +138,5 @@ def test_random_batches_match_and_do_not_leak() -> None:
 
 
 def test_the_fetcher_runs_the_native_build() -> None:
-    assert native.enabled()
+    required("_records")
     assert fetch.build_batch is not fetch.build_batch_py
