@@ -114,6 +114,12 @@ class Stack:
     def stats(self) -> dict[str, Any]:
         return http("GET", f"{self.ep}/stats")
 
+    def process(self, name: str, argv: list[str]) -> embedded.ServiceProcess:
+        """Start a process with no port to wait for (e.g. the naive loop); the stack stops it on exit."""
+        proc = embedded.ServiceProcess(name, argv, 0, self.tmp / f"{name}.log")
+        self._procs.append(proc)
+        return proc.start()
+
     def worker(
         self,
         name: str,

@@ -1,18 +1,24 @@
-"""Record timestamp → endpoint latency at steady rates, ordering=key, and the worker's maximum
-single-record rate measured in the same run (a backlog run), so "half of the maximum" is known.
+"""Record timestamp → endpoint latency at steady rates, ordering=key, and the maximum single-record
+rate measured in the same run (a backlog run), so "half of the maximum" is known; the naive
+hand-written loop (bench/naive_loop.py) beside the Ferry worker at every rate, as the baseline.
 
 Run: python3 bench/latency.py [--rates 500,1000,2000,3000] [--seconds 10] [--backlog 30000]
-     [--half] [--plot docs/bench/latency.png]
+     [--half] [--no-baseline] [--plot docs/bench/latency.png]
 
-1. Backlog: ``--backlog`` records are produced first, then a worker (same settings as below)
-   delivers them; records/s = the maximum single-record rate on this machine.
-2. Steady: for each rate, a producer at that rate (CreateTime timestamps, ``linger.ms=1``) for
-   ``--seconds``; one worker (12 partitions, ``max_in_flight`` 32) delivers to the trivial
-   endpoint; p50/p95/p99 of record timestamp → endpoint receipt. ``--half`` adds half of the
-   measured maximum to the rates.
+1. Backlog: ``--backlog`` records are produced first, then the naive loop and a worker (same
+   settings as below) each deliver them; records/s (first to last receipt at the endpoint) = the
+   maximum single-record rate of each on this machine.
+2. Steady: for each rate, for the naive loop and then the worker, each on its own fresh topic
+   (12 partitions): a consumer is started and warmed up (200 records), then a producer at that rate
+   (CreateTime timestamps, ``linger.ms=1``) for ``--seconds``; the consumer delivers to the trivial
+   endpoint; p50/p95/p99 of record timestamp → endpoint receipt, and CPU per 1,000 records of the
+   consumer process and of the broker. The worker: ``max_in_flight`` 32 per partition, ordering=key;
+   the naive loop: its own process, 128 in flight, ``fetch.wait.max.ms`` 10 and
+   ``fetch.queue.backoff.ms`` 10 (Ferry's defaults too). ``--half`` adds half of each measured
+   maximum to the rates.
 
 The record timestamp is set by the producer when it produces, so the figure covers producer
-batching, the broker, the worker's fetch and the push. Producer, broker, worker and endpoint
+batching, the broker, the consumer's fetch and the push. Producer, broker, consumer and endpoint
 share the machine's cores. ``--env K=V`` passes settings to the worker (e.g. fetch settings).
 """
 
@@ -22,28 +28,45 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Producer
 
-from bench._harness import Stack, cpu_seconds, create_topic, sub
+from bench._harness import BENCH, Stack, cpu_seconds, create_topic, steady_rate, sub
 from bench.delivery import produce
+from ferry.embedded import ServiceProcess
+
+NAIVE_IN_FLIGHT = 128
+WARM = 200
 
 
-def steady(s: Stack, topic: str, rate: float, seconds: float, worker_pid: int) -> dict[str, float]:
-    p = Producer({"bootstrap.servers": s.bootstrap, "linger.ms": 1})
+def naive(s: Stack, name: str, topic: str, partitions: int, total: int, consume_s: float) -> ServiceProcess:
+    """The naive loop in its own process until it delivered ``total`` records (bounded: 300 s)."""
+    argv = [sys.executable, str(BENCH / "naive_loop.py"), "--bootstrap", s.bootstrap, "--topic", topic]
+    argv += ["--partitions", str(partitions), "--url", f"{s.ep}/hook", "--total", str(total)]
+    return s.process(
+        name, [*argv, "--in-flight", str(NAIVE_IN_FLIGHT), "--timeout-s", "300", "--consume-timeout-s", str(consume_s)]
+    )
+
+
+def steady(
+    s: Stack, p: Producer, topic: str, rate: float, seconds: float, consumer: ServiceProcess
+) -> dict[str, float]:
     s.reset()
+    consumer_pid: int = consumer.proc.pid  # type: ignore[union-attr]
     broker_pid: int = s.broker.proc.pid  # type: ignore[union-attr]
-    w0, b0 = cpu_seconds(worker_pid), cpu_seconds(broker_pid)
+    c0, b0 = cpu_seconds(consumer_pid), cpu_seconds(broker_pid)
     n = int(rate * seconds)
     value = b"x" * 100
     started = time.monotonic()
     i = 0
     # Every millisecond, produce the records that are due: a sleep per record costs more CPU than
     # the producing itself and capped the rate at ~2,000/s on the shared machine.
-    while i < n:
+    while i < n and time.monotonic() - started < seconds + 30:
         due = min(n, int((time.monotonic() - started) * rate) + 1)
         while i < due:
             p.produce(topic, key=f"k{i % 600}".encode(), value=value)
@@ -53,18 +76,50 @@ def steady(s: Stack, topic: str, rate: float, seconds: float, worker_pid: int) -
     p.flush(30)
     produced_s = time.monotonic() - started
     deadline = time.monotonic() + 60
-    while s.stats()["count"] < n and time.monotonic() < deadline:
+    while s.stats()["count"] < i and time.monotonic() < deadline and consumer.alive():
         time.sleep(0.1)
     st = s.stats()
     per_k = 1000 / max(1, st["count"])
     cpu = {
-        "worker_ms": (cpu_seconds(worker_pid) - w0) * 1000 * per_k,
+        "consumer_ms": (cpu_seconds(consumer_pid) - c0) * 1000 * per_k,
         "broker_ms": (cpu_seconds(broker_pid) - b0) * 1000 * per_k,
     }
-    return {"rate": rate, "achieved": n / produced_s, "n": n, **cpu, **st}
+    return {"rate": rate, "achieved": i / produced_s, "n": i, **cpu, **st}
 
 
-def plot(path: Path, rows: list[dict[str, float]], max_rate: float) -> None:
+Start = Callable[[int], ServiceProcess]
+
+
+def run_rate(
+    s: Stack, p: Producer, topic: str, partitions: int, rate: float, seconds: float, start: Start
+) -> dict[str, float]:
+    """A fresh topic; ``start(total)`` starts its consumer, which is warmed up, measured and stopped."""
+    create_topic(s.bootstrap, topic, partitions)
+    s.reset()  # an earlier run's count must not satisfy the warm-up wait
+    c = start(WARM + int(rate * seconds))
+    try:
+        for i in range(WARM):
+            p.produce(topic, key=f"k{i}".encode(), value=b"x" * 100)
+        p.flush(10)
+        s.wait_count(WARM, 60, [c])
+        return steady(s, p, topic, rate, seconds, c)
+    finally:
+        c.stop()
+
+
+def backlog_rate(s: Stack, n: int, start: Callable[[], ServiceProcess]) -> tuple[float, float]:
+    """(records/s first to last receipt, records/s from the process start) of ``start()`` on the backlog."""
+    s.reset()
+    started = time.monotonic()
+    c = start()
+    try:
+        s.wait_count(n, 300, [c])
+        return steady_rate(s.stats(), n), n / (time.monotonic() - started)
+    finally:
+        c.stop()
+
+
+def plot(path: Path, rows: list[dict[str, Any]], max_rate: float, naive_max: float) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -72,16 +127,21 @@ def plot(path: Path, rows: list[dict[str, float]], max_rate: float) -> None:
 
     rows = sorted(rows, key=lambda r: r["rate"])
     xs = [r["rate"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
     for key, style in (("p50_ms", "o-"), ("p95_ms", "s-"), ("p99_ms", "^-")):
-        ax.plot(xs, [r[key] for r in rows], style, label=key.removesuffix("_ms"))
+        ax.plot(xs, [r["ferry"][key] for r in rows], style, label=f"Ferry {key.removesuffix('_ms')}")
+    if naive_max:
+        for key, style in (("p50_ms", "o--"), ("p99_ms", "^--")):
+            label = f"naive loop {key.removesuffix('_ms')}"
+            ax.plot(xs, [r["naive"][key] for r in rows], style, color="grey", alpha=0.8, label=label)
+        ax.axvline(naive_max / 2, color="grey", linestyle="-.", label=f"naive: half of max ({naive_max / 2:,.0f}/s)")
     ax.axhline(50, color="grey", linestyle=":", label="goal: p99 < 50 ms")
-    ax.axvline(max_rate / 2, color="tab:red", linestyle="--", label=f"half of max ({max_rate / 2:,.0f}/s)")
+    ax.axvline(max_rate / 2, color="tab:red", linestyle="--", label=f"Ferry: half of max ({max_rate / 2:,.0f}/s)")
     ax.set_yscale("log")
     ax.set_xlabel("steady rate (records/s)")
     ax.set_ylabel("record timestamp → endpoint (ms)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="x-small")
     ax.set_title("Latency vs rate, ordering=key, 12 partitions (2 shared cores)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,59 +152,130 @@ def plot(path: Path, rows: list[dict[str, float]], max_rate: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rates", default="500,1000,2000,3000")
-    ap.add_argument("--half", action="store_true", help="also measure at half of the backlog rate")
+    ap.add_argument("--half", action="store_true", help="also measure at half of each backlog rate")
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--backlog", type=int, default=30_000, help="records of the max-rate run (0: skip)")
     ap.add_argument("--partitions", type=int, default=12)
     ap.add_argument("--in-flight", type=int, default=32, help="max_in_flight per partition")
     ap.add_argument("--env", action="append", default=[], help="K=V worker environment (repeatable)")
+    ap.add_argument("--no-baseline", action="store_true", help="the Ferry worker only, no naive loop")
+    ap.add_argument(
+        "--naive-consume-timeout-s", type=float, default=0.05, help="the naive loop's consume(500, T) timeout"
+    )
     ap.add_argument("--plot", type=Path, default=None)
     a = ap.parse_args()
     env = dict(kv.split("=", 1) for kv in a.env)
     rates = [float(r) for r in a.rates.split(",") if r]
+    base = not a.no_baseline
+    print(f"load average at the start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)", flush=True)
     with Stack("ferry-bench-latency-") as s:
-        max_rate = 0.0
+        max_rate = naive_max = 0.0
+
+        def worker(name: str, topic: str) -> ServiceProcess:
+            return s.worker(name, [sub(name, [topic], s.ep, max_in_flight=a.in_flight)], env=env)
+
         if a.backlog:
             produce(s.bootstrap, "backlog", a.partitions, a.backlog, 600, 100)
-            s.reset()
-            w = s.worker("backlog", [sub("backlog", ["backlog"], s.ep, max_in_flight=a.in_flight)], env=env)
-            max_rate = a.backlog / s.wait_count(a.backlog, 300, [w])
-            w.stop()
-            print(f"backlog: {a.backlog:,} records at {max_rate:,.0f} records/s (the maximum single-record rate)")
+            if base:
+                naive_max, whole = backlog_rate(
+                    s,
+                    a.backlog,
+                    lambda: naive(s, "naive-backlog", "backlog", a.partitions, a.backlog, a.naive_consume_timeout_s),
+                )
+                print(f"backlog, naive loop: {naive_max:,.0f} records/s ({whole:,.0f} from its start)", flush=True)
+            max_rate, whole = backlog_rate(s, a.backlog, lambda: worker("backlog", "backlog"))
+            print(f"backlog, Ferry worker: {max_rate:,.0f} records/s ({whole:,.0f} from its start)", flush=True)
             if a.half:
                 rates.append(round(max_rate / 2, -1))
-        create_topic(s.bootstrap, "lat", a.partitions)
-        w = s.worker("lat", [sub("lat", ["lat"], s.ep, max_in_flight=a.in_flight)], env=env)
-        s.reset()  # the backlog run's count must not satisfy the warm-up wait
-        warm = Producer({"bootstrap.servers": s.bootstrap, "linger.ms": 1})
-        for i in range(200):
-            warm.produce("lat", key=f"k{i}".encode(), value=b"x" * 100)
-        warm.flush(10)
-        s.wait_count(200, 60, [w])
-        rows = []
-        for rate in rates:
-            rows.append(steady(s, "lat", rate, a.seconds, w.proc.pid))  # type: ignore[union-attr]
-            r = rows[-1]
-            print(
-                f"  {rate:6,.0f}/s: p50 {r['p50_ms']:.1f}  p95 {r['p95_ms']:.1f}  p99 {r['p99_ms']:.1f} ms", flush=True
+                if base:
+                    rates.append(round(naive_max / 2, -1))
+        p = Producer({"bootstrap.servers": s.bootstrap, "linger.ms": 1})
+        rows: list[dict[str, Any]] = []
+        for rate in sorted(set(rates)):
+            row: dict[str, Any] = {"rate": rate}
+            tag = f"{rate:.0f}"
+            if base:
+                row["naive"] = run_rate(
+                    s,
+                    p,
+                    f"lat-naive-{tag}",
+                    a.partitions,
+                    rate,
+                    a.seconds,
+                    lambda total, tag=tag: naive(
+                        s, f"naive-{tag}", f"lat-naive-{tag}", a.partitions, total, a.naive_consume_timeout_s
+                    ),
+                )
+            row["ferry"] = run_rate(
+                s,
+                p,
+                f"lat-ferry-{tag}",
+                a.partitions,
+                rate,
+                a.seconds,
+                lambda _total, tag=tag: worker(f"lat-{tag}", f"lat-ferry-{tag}"),
             )
+            rows.append(row)
+            line = f"  {rate:6,.0f}/s:"
+            for who in ("naive", "ferry") if base else ("ferry",):
+                r = row[who]
+                line += f"  {who} p50 {r['p50_ms']:.1f} p99 {r['p99_ms']:.1f} ms ({int(r['count']):,}/{r['n']:,})"
+            print(line, flush=True)
+        del p  # destroyed while the broker still runs (no reconnect noise at exit)
     print()
     print(f"worker settings: {env or 'defaults'}; max_in_flight {a.in_flight}, {a.partitions} partitions, ordering=key")
-    print(f"max single-record rate (backlog run): {max_rate:,.0f} records/s; half: {max_rate / 2:,.0f}")
-    print(
-        f"{'rate/s':>8} {'produced/s':>10} {'delivered':>10} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
-        f"{'worker CPU ms/1k':>16} {'broker CPU ms/1k':>16}"
-    )
-    for r in sorted(rows, key=lambda r: r["rate"]):
+    if base:
         print(
-            f"{r['rate']:>8,.0f} {r['achieved']:>10,.0f} {int(r['count']):>10,} "
-            f"{r['p50_ms']:>8.1f} {r['p95_ms']:>8.1f} {r['p99_ms']:>8.1f} "
-            f"{r['worker_ms']:>16.0f} {r['broker_ms']:>16.0f}"
+            f"naive loop: {NAIVE_IN_FLIGHT} in flight, fetch.wait.max.ms 10, fetch.queue.backoff.ms 10, "
+            f"consume(500, {a.naive_consume_timeout_s * 1000:.0f} ms)"
         )
+    print("max single-record rate (backlog run, first to last receipt):", end=" ")
+    if base:
+        print(f"naive {naive_max:,.0f} records/s (half: {naive_max / 2:,.0f});", end=" ")
+    print(f"Ferry {max_rate:,.0f} records/s (half: {max_rate / 2:,.0f})")
+    print(table(rows, base))
     print(f"load average at the end: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores; other processes share them)")
-    print("goal: p99 < 50 ms at half of the maximum single-record rate")
+    print("goal: p99 < 50 ms at half of the maximum single-record rate; CPU: ms per 1,000 records delivered")
     if a.plot:
-        plot(a.plot, rows, max_rate)
+        plot(a.plot, rows, max_rate, naive_max)
+
+
+def table(rows: list[dict[str, Any]], base: bool) -> str:
+    """Markdown: produced/s and the broker's CPU per consumer run, naive | Ferry."""
+    if base:
+        cols = ["rate/s", "produced/s naive / Ferry", "delivered naive / Ferry", "naive p50", "naive p99"]
+        cols += ["Ferry p50", "Ferry p99", "p99 Ferry/naive", "CPU naive", "CPU Ferry", "broker CPU naive / Ferry"]
+    else:
+        cols = ["rate/s", "produced/s", "delivered", "p50 ms", "p95 ms", "p99 ms", "worker CPU", "broker CPU"]
+    out = ["| " + " | ".join(cols) + " |", "|" + " ---: |" * len(cols)]
+    for row in rows:
+        f = row["ferry"]
+        if base:
+            n = row["naive"]
+            cells = [
+                f"{row['rate']:,.0f}",
+                f"{n['achieved']:,.0f} / {f['achieved']:,.0f}",
+                f"{int(n['count']):,} / {int(f['count']):,}",
+                f"{n['p50_ms']:.1f}",
+                f"{n['p99_ms']:.1f}",
+                f"{f['p50_ms']:.1f}",
+                f"{f['p99_ms']:.1f}",
+                f"{f['p99_ms'] / max(n['p99_ms'], 1e-9):.2f}",
+                f"{n['consumer_ms']:.0f}",
+                f"{f['consumer_ms']:.0f}",
+                f"{n['broker_ms']:.0f} / {f['broker_ms']:.0f}",
+            ]
+        else:
+            cells = [
+                f"{row['rate']:,.0f}",
+                f"{f['achieved']:,.0f}",
+                f"{int(f['count']):,}",
+                *(f"{f[k]:.1f}" for k in ("p50_ms", "p95_ms", "p99_ms")),
+                f"{f['consumer_ms']:.0f}",
+                f"{f['broker_ms']:.0f}",
+            ]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
