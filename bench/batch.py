@@ -33,11 +33,10 @@ import aiohttp
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import worker.batch as batch_module
 from bench._harness import Stack, cpu_seconds, http, rss_mb, steady_rate
 from bench.delivery import PROFILE_DIR
 from ferry import embedded
-from worker.batch import EventEncoder
-from worker.push import Record
 
 VALUE = json.dumps({"order": 12345, "customer": "c-000042", "amount": 99.5, "note": "x" * 32}).encode()
 assert len(VALUE) == 100
@@ -183,19 +182,17 @@ def rate(ep: str, n: int) -> tuple[float, float]:
     return steady_rate(st, n), st["count"] / max(1, st["posts"])
 
 
-def encode_cost(n: int = 100_000) -> dict[str, float]:
-    """µs per record to build a batch event: JSON value as ``data`` vs the same bytes as ``data_base64``."""
-    enc = EventEncoder("default", "bench")
-    out = {}
-    for label, headers in (("data (JSON, parsed to check)", JSON_HEADERS), ("data_base64", [])):
-        records = [
-            Record("bench", i % 12, i, f"k{i % 200}".encode(), VALUE, headers, 1763800000000 + i) for i in range(n)
-        ]
-        started = time.perf_counter()
-        for r in records:
-            enc.event(r, 1)
-        out[label] = (time.perf_counter() - started) / n * 1e6
-    return out
+def encode_cost(batches: int = 300) -> dict[str, float]:
+    """µs per record of encode_batch on 100-record batches, on the path the worker runs (C unless
+    FERRY_NATIVE=0): JSON values as ``data`` vs the same bytes as ``data_base64``. bench/encode.py
+    compares the two paths."""
+    from bench.encode import batches as make_batches  # bench/encode.py imports this module
+    from bench.encode import per_record_us
+
+    return {
+        label: per_record_us(make_batches(batches, headers), 10)
+        for label, headers in (("data (JSON, checked)", JSON_HEADERS), ("data_base64", []))
+    }
 
 
 def main() -> None:
@@ -241,8 +238,9 @@ def main() -> None:
         print(
             f"ferry worker peak RSS {ferry_rss:.0f} MB; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
         )
+        path = "C" if batch_module._native is not None else "Python"
         for label, us in encode_cost().items():
-            print(f"building one event, {label}: {us:.2f} µs/record")
+            print(f"encoding 100-record batches ({path}), {label}: {us:.2f} µs/record")
         if os.environ.get("FERRY_BENCH_PROFILE"):
             print(f"profile: {os.environ['FERRY_BENCH_PROFILE']}/bench-batch.prof")
 

@@ -160,7 +160,7 @@ def main() -> None:
     ap.add_argument("--env", action="append", default=[], help="K=V worker environment (repeatable)")
     ap.add_argument("--no-baseline", action="store_true", help="the Ferry worker only, no naive loop")
     ap.add_argument(
-        "--naive-consume-timeout-s", type=float, default=0.05, help="the naive loop's consume(500, T) timeout"
+        "--naive-consume-timeout-s", type=float, default=0.005, help="the naive loop's consume(500, T) timeout"
     )
     ap.add_argument("--plot", type=Path, default=None)
     a = ap.parse_args()
