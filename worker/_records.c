@@ -207,14 +207,15 @@ build(PyObject *Py_UNUSED(module), PyObject *args)
         return NULL;
     PyObject *methods[M_COUNT] = {NULL};
     PyObject *records = PyDict_New(), *eof = PyDict_New(), *errors = PyList_New(0);
-    PyObject *last_topic = NULL, *last_p = NULL, *out = NULL, *result = NULL;
+    PyObject *last_topic = NULL, *last_p = NULL, *out = NULL, *result = NULL, *msg = NULL;
     PyTypeObject *methods_for = NULL;
     if (records == NULL || eof == NULL || errors == NULL)
         goto done;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *msg = items[i];
+    /* The accessors of a message of another type may run Python code that changes the list: its
+     * size and items are read again for each message (where a for loop over it stops), and the
+     * message is held while it is used. */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        Py_XSETREF(msg, Py_NewRef(PySequence_Fast_GET_ITEM(seq, i)));
         if (Py_TYPE(msg) != methods_for) {
             for (int m = 0; m < M_COUNT; m++)
                 Py_CLEAR(methods[m]);
@@ -277,6 +278,7 @@ build(PyObject *Py_UNUSED(module), PyObject *args)
 done:
     for (int m = 0; m < M_COUNT; m++)
         Py_XDECREF(methods[m]);
+    Py_XDECREF(msg);
     Py_XDECREF(last_topic);
     Py_XDECREF(last_p);
     Py_XDECREF(out);

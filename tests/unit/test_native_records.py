@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import resource
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -140,3 +141,50 @@ def test_random_batches_match_and_do_not_leak() -> None:
 def test_the_fetcher_runs_the_native_build() -> None:
     required("_records")
     assert fetch.build_batch is not fetch.build_batch_py
+
+
+class _PyMessage:
+    """A message of another type, whose accessors are Python code: it may change the list being built."""
+
+    def __init__(self, offset: int, on_error: Callable[[], object] | None = None) -> None:
+        self._offset = offset
+        self._on_error = on_error
+
+    def error(self) -> None:
+        if self._on_error is not None:
+            self._on_error()
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> None:
+        return None
+
+    def value(self) -> bytes:
+        return b"v"
+
+    def headers(self) -> None:
+        return None
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+def test_messages_list_changed_while_building() -> None:
+    """An accessor that empties the list frees the messages it held: the build must neither read
+    the freed list nor use the freed message, and stops where a for loop over the list stops."""
+
+    def run(build: Callable[[list[Message], dict[Any, Any]], fetch.Built]) -> fetch.Built:
+        msgs: list[Any] = []
+        msgs += [_PyMessage(0, msgs.clear), _PyMessage(1), _PyMessage(2)]
+        return build(msgs, {})
+
+    want = run(fetch.build_batch_py)
+    assert [r.offset for r in want[0][("t", 0)]] == [0]
+    _same(run(_native), want)
