@@ -36,6 +36,11 @@ payload_len(PyObject *x, Py_ssize_t *out)
         *out = PyBytes_GET_SIZE(x);
         return 0;
     }
+    int truthy = PyObject_IsTrue(x);
+    if (truthy <= 0) {
+        *out = 0;
+        return truthy;
+    }
     Py_ssize_t n = PyObject_Length(x);
     if (n < 0)
         return -1;

@@ -66,6 +66,8 @@ CASES: list[tuple[str, list[Message]]] = [
     ("eof", [msg(offset=3), msg(offset=4, error=KafkaError(KafkaError._PARTITION_EOF))]),
     ("other error", [msg(error=KafkaError(KafkaError._TRANSPORT)), msg(offset=7)]),
     ("timestamp -1", [msg(ts=-1)]),
+    # Record counts `len(x) if x else 0`: a falsy payload that has no len() counts 0.
+    ("falsy key and value that are not bytes", [msg(key=0, value=False)]),  # type: ignore[arg-type]
 ]
 
 
