@@ -48,6 +48,19 @@ payload_len(PyObject *x, Py_ssize_t *out)
     return 0;
 }
 
+/* key_len + value_len + RECORD_OVERHEAD as a Python int, for sums beyond Py_ssize_t: two lengths
+ * fit in a size_t, the overhead is added as Python adds it. */
+static PyObject *
+sum_of_lengths(Py_ssize_t key_len, Py_ssize_t value_len)
+{
+    PyObject *lengths = PyLong_FromSize_t((size_t)key_len + (size_t)value_len), *overhead = NULL, *sum = NULL;
+    if (lengths != NULL && (overhead = PyLong_FromLong(RECORD_OVERHEAD)) != NULL)
+        sum = PyNumber_Add(lengths, overhead);
+    Py_XDECREF(lengths);
+    Py_XDECREF(overhead);
+    return sum;
+}
+
 /* The shared tuple for a header list: records of a topic mostly carry the same few header
  * sets, and one tuple per record would be one more object for the collector to visit. */
 static PyObject *
@@ -166,7 +179,11 @@ make_record(PyObject *const *methods, PyObject *msg, PyTypeObject *record_type, 
     Py_ssize_t key_len, value_len;
     if (payload_len(f[3], &key_len) < 0 || payload_len(f[4], &value_len) < 0)
         goto fail;
-    if ((f[7] = PyLong_FromSsize_t(key_len + value_len + RECORD_OVERHEAD)) == NULL)
+    if (key_len <= PY_SSIZE_T_MAX - RECORD_OVERHEAD - value_len)
+        f[7] = PyLong_FromSsize_t(key_len + value_len + RECORD_OVERHEAD);
+    else /* lengths no bytes can have (a __len__ of another payload): Python's int, no overflow */
+        f[7] = sum_of_lengths(key_len, value_len);
+    if (f[7] == NULL)
         goto fail;
     /* As tuple.__new__(record_type, fields) does it (CPython's tuple_subtype_new): allocate the
      * subtype's instance and move the items in, without building an intermediate tuple. */

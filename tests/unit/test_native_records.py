@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import resource
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -143,6 +144,20 @@ def test_random_batches_match_and_do_not_leak() -> None:
 def test_the_fetcher_runs_the_native_build() -> None:
     required("_records")
     assert fetch.build_batch is not fetch.build_batch_py
+
+
+class _Huge:
+    """A payload whose len() is the largest a length can be."""
+
+    def __len__(self) -> int:
+        return sys.maxsize
+
+
+def test_size_of_payloads_with_the_largest_lengths() -> None:
+    """key + value + 64 beyond Py_ssize_t: Python's int, no overflow."""
+    msgs = [msg(key=_Huge(), value=_Huge())]  # type: ignore[arg-type]
+    _same(_native(msgs, {}), fetch.build_batch_py(msgs, {}))
+    assert _native(msgs, {})[0][("t", 0)][0].size == 2 * sys.maxsize + 64
 
 
 class _PyMessage:
