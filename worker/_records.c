@@ -192,6 +192,11 @@ make_record(PyObject *const *methods, PyObject *msg, PyTypeObject *record_type, 
         goto fail;
     for (int i = 0; i < RECORD_FIELDS; i++)
         PyTuple_SET_ITEM(record, i, f[i]);
+#if PY_VERSION_HEX >= 0x030E0000
+    /* 3.14 caches the hash in the tuple, -1 until computed; tp_alloc zeroed it, which would read as
+     * a hash of 0 (tuple_subtype_new resets it too). */
+    ((PyTupleObject *)record)->ob_hash = -1;
+#endif
     return record;
 fail:
     for (int i = 0; i < RECORD_FIELDS; i++)
