@@ -543,10 +543,15 @@ static PyObject *encode_batch(PyObject *module, PyObject *args) {
 
         Py_CLEAR(key_attr);
         if (key != Py_None) {
-            PyObject *found = PyDict_GetItemWithError(keys, key);
+            /* Held: its truth test may run Python code that clears the cache. */
+            PyObject *found = Py_XNewRef(PyDict_GetItemWithError(keys, key));
             int usable = found != NULL ? PyObject_IsTrue(found) : 0; /* keys.get(key) or ... */
-            if (usable < 0 || (found == NULL && PyErr_Occurred())) goto done;
+            if (usable < 0 || (found == NULL && PyErr_Occurred())) {
+                Py_XDECREF(found);
+                goto done;
+            }
             key_attr = usable ? Py_NewRef(found) : PyObject_CallMethodOneArg(encoder, NAMES[M_KEY], key);
+            Py_XDECREF(found);
             if (key_attr == NULL) goto done;
         }
         if (value != Py_None && !PyBytes_Check(value)) goto fallback;

@@ -403,3 +403,25 @@ def test_errors_in_callbacks_propagate(enc: ModuleType) -> None:
 
 def test_encode_batch_runs_the_c_path_when_built(enc: ModuleType) -> None:
     assert batch._native is enc
+
+
+def test_key_cache_cleared_while_its_entry_is_looked_at(enc: ModuleType) -> None:
+    """keys.get(key) or ...: the truth test of the cached text may run Python code that clears the
+    cache, freeing the text while the C path still uses it."""
+
+    class ClearsWhenTested(str):
+        def __bool__(self) -> bool:
+            self.cache.clear()
+            return True
+
+        cache: dict[bytes, str]
+
+    def encoder() -> EventEncoder:
+        e = EventEncoder("c", "s")
+        text = ClearsWhenTested(',"partitionkey":"cached"')
+        text.cache = e._keys
+        e._keys[b"k"] = text  # the cache holds the only reference
+        return e
+
+    records = [Record("t", 0, 1, b"k", b"{}", [("content-type", b"application/json")], 1000)]
+    assert enc.encode_batch(encoder(), records, [1], -1) == python_body(encoder(), records, [1])
