@@ -554,7 +554,8 @@ static PyObject *encode_batch(PyObject *module, PyObject *args) {
             Py_XDECREF(found);
             if (key_attr == NULL) goto done;
         }
-        if (value != Py_None && !PyBytes_Check(value)) goto fallback;
+        /* Exact bytes: orjson.loads refuses a subclass, which the Python path then sends as base64. */
+        if (value != Py_None && !PyBytes_CheckExact(value)) goto fallback;
 
         /* No more callbacks for this record: its texts, its data, then one reservation and
          * unchecked writes. */
