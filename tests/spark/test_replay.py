@@ -89,10 +89,15 @@ def test_figures_match_the_known_truth(spark: Any, tmp_path: Path, kafka_bootstr
     from worker.offset_store import OffsetStore
     from worker.producer import AsyncProducer
 
-    store = OffsetStore(
-        {"bootstrap.servers": kafka_bootstrap}, topic, AsyncProducer({"bootstrap.servers": kafka_bootstrap})
-    )
-    worker_view = store.read_states([PartitionRef(*k) for k in got] + [PartitionRef("s2", "other", 0)])
+    producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap})
+    store = OffsetStore({"bootstrap.servers": kafka_bootstrap}, topic, producer)
+    try:
+        worker_view = store.read_states([PartitionRef(*k) for k in got] + [PartitionRef("s2", "other", 0)])
+    finally:
+        # Left open, the producer's poll thread outlives the session's broker and logs its
+        # connection failures after the test summary.
+        store.close()
+        producer.close()
     assert {k: (v.committed, v.epoch, v.worker) for k, v in worker_view.items() if v is not None} == {
         PartitionRef(*k): v for k, v in got.items()
     }
