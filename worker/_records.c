@@ -98,18 +98,28 @@ call0(PyObject *const *methods, int which, PyObject *msg)
     return PyObject_CallOneArg(methods[which], msg);
 }
 
+/* A message's topic and partition, as two new references; -1 and neither on error. */
+static int
+topic_and_partition(PyObject *const *methods, PyObject *msg, PyObject **topic, PyObject **p)
+{
+    *topic = call0(methods, M_TOPIC, msg);
+    if (*topic == NULL)
+        return -1;
+    *p = call0(methods, M_PARTITION, msg);
+    if (*p == NULL) {
+        Py_CLEAR(*topic);
+        return -1;
+    }
+    return 0;
+}
+
 /* (topic, partition) of a message, as a new tuple. */
 static PyObject *
 topic_partition(PyObject *const *methods, PyObject *msg)
 {
-    PyObject *topic = call0(methods, M_TOPIC, msg);
-    if (topic == NULL)
+    PyObject *topic, *p;
+    if (topic_and_partition(methods, msg, &topic, &p) < 0)
         return NULL;
-    PyObject *p = call0(methods, M_PARTITION, msg);
-    if (p == NULL) {
-        Py_DECREF(topic);
-        return NULL;
-    }
     PyObject *tp = PyTuple_Pack(2, topic, p);
     Py_DECREF(topic);
     Py_DECREF(p);
@@ -261,14 +271,9 @@ build(PyObject *Py_UNUSED(module), PyObject *args)
             continue;
         }
         Py_DECREF(err);
-        PyObject *topic = call0(methods, M_TOPIC, msg);
-        if (topic == NULL)
+        PyObject *topic, *p;
+        if (topic_and_partition(methods, msg, &topic, &p) < 0)
             goto done;
-        PyObject *p = call0(methods, M_PARTITION, msg);
-        if (p == NULL) {
-            Py_DECREF(topic);
-            goto done;
-        }
         int same = out != NULL && PyObject_RichCompareBool(p, last_p, Py_EQ) == 1 &&
                    PyObject_RichCompareBool(topic, last_topic, Py_EQ) == 1;
         if (!same) {
