@@ -1,0 +1,263 @@
+/* worker/_json_check.h: the JSON check of worker._encode (included by _encode.c only).
+ *
+ * json_valid(p, len, max_depth) says whether p[0:len] is strict RFC 8259 JSON text in UTF-8
+ * (whitespace around it allowed), with the verdicts of orjson.loads but without building
+ * objects: 1 valid, 0 not, -1 error (exception set). max_depth is orjson's nesting limit
+ * (-1: none). Every function reads the bytes between a pointer and `end`, never past it.
+ * tests/unit/test_native_encode.py compares the verdicts with orjson's on a table of tricky
+ * inputs and on mutated documents.
+ *
+ * Needs Python.h, stdint.h and string.h included first.
+ */
+#ifndef FERRY_JSON_CHECK_H
+#define FERRY_JSON_CHECK_H
+
+#define IS_WS(c) ((c) == ' ' || (c) == '\t' || (c) == '\n' || (c) == '\r')
+#define IS_DIGIT(c) ((c) >= '0' && (c) <= '9')
+
+static int hex4(const unsigned char *p, const unsigned char *end) {
+    if (end - p < 4) return -1;
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        int d = IS_DIGIT(c) ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        v = v << 4 | d;
+    }
+    return v;
+}
+
+/* The length of the UTF-8 sequence at p (p[0] >= 0x80), or 0 when it is not valid:
+ * overlong forms, UTF-16 surrogates (ED A0..BF) and code points above U+10FFFF are not. */
+static int utf8_len(const unsigned char *p, const unsigned char *end) {
+    unsigned char c = p[0];
+    int n;
+    unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c == 0xE0) n = 3, lo = 0xA0;
+    else if (c == 0xED) n = 3, hi = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) n = 3;
+    else if (c == 0xF0) n = 4, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) n = 4;
+    else if (c == 0xF4) n = 4, hi = 0x8F;
+    else return 0;
+    if (end - p < n || p[1] < lo || p[1] > hi) return 0;
+    for (int i = 2; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    return n;
+}
+
+/* Whether any of the 8 bytes of w may need a closer look in a string: a quote, a
+ * backslash, a control character or a non-ASCII byte. False positives are harmless (the
+ * bytes are then looked at one by one), there are no false negatives: a byte below 0x20
+ * borrows in w - 0x20..20 and sets its high bit, and (v - 0x01..01) & ~v has the high bit
+ * of a zero byte of v set ("Bit Twiddling Hacks", haszero). */
+static inline uint64_t may_need_look(uint64_t w) {
+    const uint64_t ones = 0x0101010101010101ULL;
+    uint64_t quote = w ^ (ones * '"'), backslash = w ^ (ones * '\\');
+    return (((quote - ones) & ~quote) | ((backslash - ones) & ~backslash) | (w - ones * 0x20) | w) &
+           0x8080808080808080ULL;
+}
+
+/* A string from its opening quote; *pp moves past the closing one. 1 valid, 0 not. */
+static int scan_string(const unsigned char **pp, const unsigned char *end) {
+    const unsigned char *p = *pp + 1;
+    for (;;) {
+        /* The common case first: printable ASCII other than the quote and backslash, 8
+         * bytes at a time, then byte by byte. */
+        for (uint64_t w; end - p >= 8 && (memcpy(&w, p, 8), !may_need_look(w));) p += 8;
+        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+        if (p >= end) return 0;
+        unsigned char c = *p;
+        if (c == '"') {
+            *pp = p + 1;
+            return 1;
+        }
+        if (c == '\\') {
+            if (++p >= end) return 0;
+            switch (*p) {
+            case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+                p++;
+                continue;
+            case 'u':
+                break;
+            default:
+                return 0;
+            }
+            int cp = hex4(p + 1, end);
+            if (cp < 0) return 0;
+            p += 5;
+            /* orjson rejects a lone surrogate: a high one must be followed at once by an
+             * escaped low one, and a low one alone is an error. */
+            if (cp >= 0xD800 && cp <= 0xDBFF) {
+                if (end - p < 6 || p[0] != '\\' || p[1] != 'u') return 0;
+                int low = hex4(p + 2, end);
+                if (low < 0xDC00 || low > 0xDFFF) return 0;
+                p += 6;
+            } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+                return 0;
+            }
+            continue;
+        }
+        if (c < 0x20) return 0; /* control characters must be escaped */
+        int n = utf8_len(p, end);
+        if (n == 0) return 0;
+        p += n;
+    }
+}
+
+/* A number per the grammar; *pp moves past it. 1 valid, 0 not, -1 error (exception set).
+ *
+ * orjson also rejects a number whose value as a double is infinite (1e400, 400 digits):
+ * the decimal exponent of the first significant digit decides, and only at exponent 308,
+ * next to DBL_MAX, is the number converted (correctly rounded, as orjson does). */
+static int scan_number(const unsigned char **pp, const unsigned char *end) {
+    const unsigned char *start = *pp, *p = *pp, *q;
+    if (*p == '-') p++;
+    if (p >= end) return 0;
+    Py_ssize_t int_digits = 0, first_frac = 0; /* first_frac: 1-based, 0: none non-zero */
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        for (q = p; p < end && IS_DIGIT(*p); p++) {}
+        int_digits = p - q;
+    } else {
+        return 0;
+    }
+    if (p < end && *p == '.') {
+        for (q = ++p; p < end && IS_DIGIT(*p); p++)
+            if (*p != '0' && first_frac == 0) first_frac = p - q + 1;
+        if (p == q) return 0;
+    }
+    long long exp = 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        int negative = 0;
+        if (++p < end && (*p == '+' || *p == '-')) negative = *p++ == '-';
+        for (q = p; p < end && IS_DIGIT(*p); p++)
+            if (exp < 1000000000000000LL) exp = exp * 10 + (*p - '0'); /* saturates: any such exponent decides */
+        if (p == q) return 0;
+        if (negative) exp = -exp;
+    }
+    *pp = p;
+    long long magnitude;
+    if (int_digits) magnitude = (long long)int_digits - 1 + exp;
+    else if (first_frac) magnitude = exp - first_frac;
+    else return 1; /* zero */
+    if (magnitude != 308) return magnitude < 308;
+
+    size_t n = (size_t)(p - start);
+    char small[64], *s = n < sizeof small ? small : PyMem_Malloc(n + 1);
+    if (s == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(s, start, n);
+    s[n] = '\0';
+    /* Locale-independent; returns +-HUGE_VAL on overflow without raising. */
+    double d = PyOS_string_to_double(s, NULL, NULL);
+    if (s != small) PyMem_Free(s);
+    if (d == -1.0 && PyErr_Occurred()) return -1;
+    return !Py_IS_INFINITY(d);
+}
+
+static int scan_literal(const unsigned char **pp, const unsigned char *end, const char *word, size_t n) {
+    if ((size_t)(end - *pp) < n || memcmp(*pp, word, n) != 0) return 0;
+    *pp += n;
+    return 1;
+}
+
+/* 1: strict JSON text (whitespace around it allowed), 0: not, -1: error (exception set).
+ * Iterative: the open containers are a stack of bytes ('[' or '{'), on the C stack up to
+ * 256 levels and grown on the heap past that; max_depth < 0: no limit. */
+static int json_valid(const unsigned char *p, Py_ssize_t len, Py_ssize_t max_depth) {
+    const unsigned char *end = p + len;
+    unsigned char small[256], *stack = small;
+    size_t cap = sizeof small, depth = 0;
+    int ok = 0, r;
+
+    while (p < end && IS_WS(*p)) p++;
+value:
+    if (p >= end) goto done;
+    switch (*p) {
+    case '{':
+    case '[':
+        if (max_depth >= 0 && depth >= (size_t)max_depth) goto done;
+        if (depth == cap) {
+            unsigned char *grown = PyMem_Malloc(cap * 2);
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                ok = -1;
+                goto done;
+            }
+            memcpy(grown, stack, cap);
+            if (stack != small) PyMem_Free(stack);
+            stack = grown;
+            cap *= 2;
+        }
+        stack[depth++] = *p++;
+        while (p < end && IS_WS(*p)) p++;
+        if (stack[depth - 1] == '[') {
+            if (p < end && *p == ']') {
+                p++;
+                depth--;
+                goto after;
+            }
+            goto value;
+        }
+        if (p < end && *p == '}') {
+            p++;
+            depth--;
+            goto after;
+        }
+        goto key;
+    case '"':
+        r = scan_string(&p, end);
+        break;
+    case 't':
+        r = scan_literal(&p, end, "true", 4);
+        break;
+    case 'f':
+        r = scan_literal(&p, end, "false", 5);
+        break;
+    case 'n':
+        r = scan_literal(&p, end, "null", 4);
+        break;
+    default:
+        if (*p != '-' && !IS_DIGIT(*p)) goto done;
+        r = scan_number(&p, end);
+        break;
+    }
+    if (r <= 0) {
+        ok = r;
+        goto done;
+    }
+after:
+    while (p < end && IS_WS(*p)) p++;
+    if (depth == 0) {
+        ok = p == end;
+        goto done;
+    }
+    if (p >= end) goto done;
+    if (*p == ',') {
+        p++;
+        while (p < end && IS_WS(*p)) p++;
+        if (stack[depth - 1] == '[') goto value;
+        goto key;
+    }
+    if (*p != (stack[depth - 1] == '[' ? ']' : '}')) goto done;
+    p++;
+    depth--;
+    goto after;
+key: /* an object member; whitespace before it is skipped */
+    if (p >= end || *p != '"' || !scan_string(&p, end)) goto done;
+    while (p < end && IS_WS(*p)) p++;
+    if (p >= end || *p != ':') goto done;
+    p++;
+    while (p < end && IS_WS(*p)) p++;
+    goto value;
+done:
+    if (stack != small) PyMem_Free(stack);
+    return ok;
+}
+
+#endif /* FERRY_JSON_CHECK_H */
