@@ -10,6 +10,10 @@ null-keyed records no order), the one partition lane (``partition``), or itself 
 A lane is busy while one of its records is in flight. Ready lanes are served first come first
 served. Pure: no I/O, no clock.
 
+``none`` holds its records in one queue that is never busy, rather than a lane per record: the
+same records in the same order come out, without a dictionary entry and a ready-queue entry per
+record (bench/pipeline.py). :meth:`lane` still names a record's own lane, as retries need it.
+
 Batch push mode takes *batches* (:meth:`take_batch`): a lane gives a batch every record it has
 queued, in offset order, within the batch's limits, and stays busy until all of them finish; so
 with ``key`` a batch may carry several records of one key (array order = offset order) and the
@@ -46,6 +50,8 @@ _offset = attrgetter("offset")
 # this one object (``partition``). bytes, ints and a tuple never compare equal, so no tuple per
 # record is needed to keep them apart.
 _PARTITION_LANE = ("partition",)
+# The one queue of ``none``: never busy, ready whenever it holds records.
+_FREE_LANE = ("none",)
 
 
 class Window(Generic[R]):
@@ -83,7 +89,7 @@ class Window(Generic[R]):
 
     def add(self, item: R) -> None:
         """A fetched record, in offset order."""
-        lane = self.lane(item)
+        lane = _FREE_LANE if self.ordering == "none" else self.lane(item)
         queue = self._lanes.get(lane)
         if queue is None:
             queue = self._lanes[lane] = deque()
@@ -94,20 +100,20 @@ class Window(Generic[R]):
 
     def add_many(self, items: list[R]) -> None:
         """Fetched records, in offset order: :meth:`add` for each, in one pass (the fetch path)."""
-        if self.ordering == "partition":
-            queue = self._lanes.get(_PARTITION_LANE)
+        if self.ordering != "key":
+            one = _PARTITION_LANE if self.ordering == "partition" else _FREE_LANE
+            queue = self._lanes.get(one)
             if queue is None:
-                queue = self._lanes[_PARTITION_LANE] = deque()
-                if _PARTITION_LANE not in self._busy:
-                    self._ready.append(_PARTITION_LANE)
+                queue = self._lanes[one] = deque()
+                if one not in self._busy:
+                    self._ready.append(one)
             queue.extend(items)
             self.pending += len(items)
             return
-        by_key = self.ordering == "key"
         lanes, busy, ready = self._lanes, self._busy, self._ready
         get = lanes.get
         for item in items:
-            lane: Hashable = item.key if by_key else None
+            lane: Hashable = item.key
             if lane is None:
                 lane = item.offset
             q = get(lane)
@@ -124,6 +130,17 @@ class Window(Generic[R]):
         while self._ready and self.in_flight < self.max_in_flight:
             lane = self._ready.popleft()
             queue = self._lanes[lane]
+            if lane is _FREE_LANE:
+                n = min(len(queue), self.max_in_flight - self.in_flight)
+                run = [queue.popleft() for _ in range(n)]
+                self._taken.update(zip(map(_offset, run), repeat(lane)))
+                self.pending -= n
+                out += run
+                if queue:
+                    self._ready.appendleft(lane)  # the window is full; it goes first when there is room
+                else:
+                    del self._lanes[lane]
+                continue
             item = queue.popleft()
             if not queue:
                 del self._lanes[lane]
@@ -148,12 +165,14 @@ class Window(Generic[R]):
         """
         out: list[R] = []
         room = min(max_records, self.max_in_flight - len(self._taken))
-        used = count = 0
+        used = count = runs = 0
         exact = True  # whether `used` is the exact sum of `size`, or only an upper bound
         ready, lanes, taken, busy = self._ready, self._lanes, self._taken, self._busy
         while ready and count < room:
             lane = ready.popleft()
             queue = lanes[lane]
+            free = lane is _FREE_LANE
+            runs += 1
             if raw_size is not None:
                 n = min(len(queue), room - count)
                 run = list(queue) if n == len(queue) else list(islice(queue, n))
@@ -164,11 +183,14 @@ class Window(Generic[R]):
                     used += bound
                     exact = False
                     count += n
-                    busy[lane] = n
+                    if not free:
+                        busy[lane] = n
                     self.pending -= n
                     if n < len(queue):
                         for _ in range(n):
                             queue.popleft()
+                        if free:
+                            ready.appendleft(lane)
                         break  # partly taken: as below
                     del lanes[lane]
                     continue
@@ -190,20 +212,26 @@ class Window(Generic[R]):
             if n == 0:
                 ready.appendleft(lane)  # the batch is full by bytes; this lane starts the next one
                 break
-            busy[lane] = n
             self.pending -= n
-            if queue:
-                break  # partly taken: the rest waits until these finish (finish() makes it ready again)
+            if free:
+                if queue:
+                    ready.appendleft(lane)  # never busy: it starts the next batch
+                    break
+            else:
+                busy[lane] = n
+                if queue:
+                    break  # partly taken: the rest waits until these finish (finish() makes it ready again)
             del lanes[lane]
-        if len(out) > 1:
+        if runs > 1 and len(out) > 1:
             # Offset order overall (so per lane too): the acks then come back as contiguous runs.
+            # One lane's run is in offset order already.
             out.sort(key=_offset)
         return out
 
     def finish(self, item: R) -> None:
         """The record is acknowledged or dead-lettered: its lane may go on."""
         lane = self._taken.pop(item.offset, None)
-        if lane is None:
+        if lane is None or lane is _FREE_LANE:
             return
         left = self._busy.get(lane, 1) - 1
         if left > 0:
@@ -220,7 +248,7 @@ class Window(Generic[R]):
         busy, lanes, ready = self._busy, self._lanes, self._ready
         # In the order of each lane's last record, as finish() one by one would make them ready.
         for lane in reversed(dict.fromkeys(reversed(taken))):
-            if lane is None:
+            if lane is None or lane is _FREE_LANE:
                 continue
             n = counts[lane]
             left = busy.get(lane, 1) - n

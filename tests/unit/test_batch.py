@@ -48,6 +48,7 @@ def size(r: Rec) -> int:
         # key: a lane gives all it has; the batch is in offset order; the next batch cannot take a busy key.
         ("key", ["a", "b", "a", "c", "a"], 10, 100, [0, 1, 2, 3, 4], []),
         ("key", ["a", "b", "a", "c", "a"], 2, 100, [0, 2], [1, 3]),
+        ("key", ["a", "b", "a", "b"], 10, 100, [0, 1, 2, 3], []),  # two lanes' runs, interleaved
         # a partly taken lane waits (its rest comes after these finish); the next lane starts a batch.
         ("key", ["a", "a", "a", "b"], 2, 100, [0, 1], [3]),
         # partition: one lane, so one batch in flight per partition.
