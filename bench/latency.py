@@ -3,7 +3,7 @@ rate measured in the same run (a backlog run), so "half of the maximum" is known
 hand-written loop (bench/naive_loop.py) beside the Ferry worker at every rate, as the baseline.
 
 Run: python3 bench/latency.py [--rates 500,1000,2000,3000] [--seconds 10] [--backlog 30000]
-     [--half] [--no-baseline] [--plot docs/bench/latency.png]
+     [--half] [--sustained] [--no-baseline] [--plot docs/bench/latency.png]
 
 1. Backlog: ``--backlog`` records are produced first, then the naive loop and a worker (same
    settings as below) each deliver them; records/s (first to last receipt at the endpoint) = the
@@ -16,6 +16,11 @@ Run: python3 bench/latency.py [--rates 500,1000,2000,3000] [--seconds 10] [--bac
    the naive loop: its own process, 128 in flight, ``fetch.wait.max.ms`` 10 and
    ``fetch.queue.backoff.ms`` 10 (Ferry's defaults too). ``--half`` adds half of each measured
    maximum to the rates.
+3. ``--sustained``: the backlog rate is not one the whole pipeline can carry, since a steady run
+   also pays the producer and the broker's cost per small request on the same cores. For each
+   consumer, rates of ``LADDER`` are tried upwards (``--probe-seconds`` each) until one is not
+   kept up with (:func:`kept_up`: the producer makes the rate and no queue builds up); half of
+   the highest kept-up rate is added to the rates.
 
 The record timestamp is set by the producer when it produces, so the figure covers producer
 batching, the broker, the consumer's fetch and the push. Producer, broker, consumer and endpoint
@@ -25,6 +30,7 @@ share the machine's cores. ``--env K=V`` passes settings to the worker (e.g. fet
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -75,16 +81,18 @@ def steady(
         time.sleep(0.001)
     p.flush(30)
     produced_s = time.monotonic() - started
-    deadline = time.monotonic() + 60
+    produced_at = time.monotonic()
+    deadline = produced_at + 60
     while s.stats()["count"] < i and time.monotonic() < deadline and consumer.alive():
-        time.sleep(0.1)
+        time.sleep(0.05)
+    drain_s = time.monotonic() - produced_at
     st = s.stats()
     per_k = 1000 / max(1, st["count"])
     cpu = {
         "consumer_ms": (cpu_seconds(consumer_pid) - c0) * 1000 * per_k,
         "broker_ms": (cpu_seconds(broker_pid) - b0) * 1000 * per_k,
     }
-    return {"rate": rate, "achieved": i / produced_s, "n": i, **cpu, **st}
+    return {"rate": rate, "achieved": i / produced_s, "n": i, "drain_s": drain_s, **cpu, **st}
 
 
 Start = Callable[[int], ServiceProcess]
@@ -107,6 +115,52 @@ def run_rate(
         c.stop()
 
 
+# Rates tried by --sustained, in order, up to the consumer's backlog rate.
+LADDER = (500, 750, 1000, 1250, 1500, 1750, 2000, 2500, 3000, 4000, 5000, 6000, 8000, 10000)
+
+
+def kept_up(r: dict[str, float]) -> bool:
+    """The pipeline carried the rate: the producer produced it (97 %), every record arrived, the
+    last one within 1 s of the producer's flush, and the latency did not grow through the run
+    (median of the last quarter of receipts at most twice the first quarter's + 10 ms): no queue
+    built up anywhere, in the producer, the broker or the consumer."""
+    return (
+        r["achieved"] >= 0.97 * r["rate"]
+        and r["count"] >= r["n"]
+        and r["drain_s"] <= 1.0
+        and r["p50_last_quarter_ms"] <= 2 * r["p50_first_quarter_ms"] + 10
+    )
+
+
+def sustained_rate(
+    s: Stack,
+    p: Producer,
+    who: str,
+    partitions: int,
+    seconds: float,
+    cap: float,
+    start: Callable[[str, int], ServiceProcess],
+) -> float:
+    """The highest rate of LADDER (up to ``cap``) that ``start``'s consumer kept up with, trying
+    rates upwards until the first it did not keep up with; 0 when not even the first.
+    ``start(topic, total)`` starts the consumer of a fresh topic."""
+    best = 0.0
+    for rate in (r for r in LADDER if r <= cap):
+        topic = f"sus-{who}-{rate}"
+        r = run_rate(s, p, topic, partitions, rate, seconds, functools.partial(start, topic))
+        ok = kept_up(r)
+        print(
+            f"  sustained? {who} {rate:,}/s: produced {r['achieved']:,.0f}/s, last record {r['drain_s']:.2f} s "
+            f"after the producer, p50 first/last quarter {r['p50_first_quarter_ms']:.1f}/"
+            f"{r['p50_last_quarter_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms: {'yes' if ok else 'no'}",
+            flush=True,
+        )
+        if not ok:
+            break
+        best = float(rate)
+    return best
+
+
 def backlog_rate(s: Stack, n: int, start: Callable[[], ServiceProcess]) -> tuple[float, float]:
     """(records/s first to last receipt, records/s from the process start) of ``start()`` on the backlog."""
     s.reset()
@@ -119,7 +173,7 @@ def backlog_rate(s: Stack, n: int, start: Callable[[], ServiceProcess]) -> tuple
         c.stop()
 
 
-def plot(path: Path, rows: list[dict[str, Any]], max_rate: float, naive_max: float) -> None:
+def plot(path: Path, rows: list[dict[str, Any]], max_rate: float, naive_max: float, sustained: float = 0.0) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -137,6 +191,9 @@ def plot(path: Path, rows: list[dict[str, Any]], max_rate: float, naive_max: flo
         ax.axvline(naive_max / 2, color="grey", linestyle="-.", label=f"naive: half of max ({naive_max / 2:,.0f}/s)")
     ax.axhline(50, color="grey", linestyle=":", label="goal: p99 < 50 ms")
     ax.axvline(max_rate / 2, color="tab:red", linestyle="--", label=f"Ferry: half of max ({max_rate / 2:,.0f}/s)")
+    if sustained:
+        label = f"Ferry: half of max sustained ({sustained / 2:,.0f}/s)"
+        ax.axvline(sustained / 2, color="tab:green", linestyle="--", label=label)
     ax.set_yscale("log")
     ax.set_xlabel("steady rate (records/s)")
     ax.set_ylabel("record timestamp → endpoint (ms)")
@@ -162,6 +219,12 @@ def main() -> None:
     ap.add_argument(
         "--naive-consume-timeout-s", type=float, default=0.005, help="the naive loop's consume(500, T) timeout"
     )
+    ap.add_argument(
+        "--sustained",
+        action="store_true",
+        help="also find each consumer's maximum sustained rate (the producer running) and measure at half of it",
+    )
+    ap.add_argument("--probe-seconds", type=float, default=5, help="--sustained: seconds per rate tried")
     ap.add_argument("--plot", type=Path, default=None)
     a = ap.parse_args()
     env = dict(kv.split("=", 1) for kv in a.env)
@@ -190,6 +253,30 @@ def main() -> None:
                 if base:
                     rates.append(round(naive_max / 2, -1))
         p = Producer({"bootstrap.servers": s.bootstrap, "linger.ms": 1})
+        sus_ferry = sus_naive = 0.0
+        if a.sustained:
+            if base:
+                sus_naive = sustained_rate(
+                    s,
+                    p,
+                    "naive",
+                    a.partitions,
+                    a.probe_seconds,
+                    naive_max or LADDER[-1],
+                    lambda topic, total: naive(
+                        s, f"naive-{topic}", topic, a.partitions, total, a.naive_consume_timeout_s
+                    ),
+                )
+            sus_ferry = sustained_rate(
+                s,
+                p,
+                "ferry",
+                a.partitions,
+                a.probe_seconds,
+                max_rate or LADDER[-1],
+                lambda topic, _total: worker(topic, topic),
+            )
+            rates += [round(r / 2, -1) for r in (sus_ferry, sus_naive) if r]
         rows: list[dict[str, Any]] = []
         for rate in sorted(set(rates)):
             row: dict[str, Any] = {"rate": rate}
@@ -233,11 +320,16 @@ def main() -> None:
     if base:
         print(f"naive {naive_max:,.0f} records/s (half: {naive_max / 2:,.0f});", end=" ")
     print(f"Ferry {max_rate:,.0f} records/s (half: {max_rate / 2:,.0f})")
+    if a.sustained:
+        print("max sustained rate (producer running; rates tried:", ", ".join(map(str, LADDER)) + "):", end=" ")
+        if base:
+            print(f"naive {sus_naive:,.0f} records/s (half: {sus_naive / 2:,.0f});", end=" ")
+        print(f"Ferry {sus_ferry:,.0f} records/s (half: {sus_ferry / 2:,.0f})")
     print(table(rows, base))
     print(f"load average at the end: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores; other processes share them)")
     print("goal: p99 < 50 ms at half of the maximum single-record rate; CPU: ms per 1,000 records delivered")
     if a.plot:
-        plot(a.plot, rows, max_rate, naive_max)
+        plot(a.plot, rows, max_rate, naive_max, sus_ferry)
 
 
 def table(rows: list[dict[str, Any]], base: bool) -> str:
