@@ -29,6 +29,7 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
+from coordinator import starts
 from coordinator.catalog import Catalog
 from coordinator.metrics import CoordinatorMetrics
 from coordinator.planner import moves, plan
@@ -56,6 +57,7 @@ class Leader:
         self._counts_at = 0.0
         self._missing: set[str] = set()
         self._written: dict[str, Any] = {}
+        self._known: starts.Known = {}
         self.current: dict[PartitionRef, str] = {}
         self.leading = False
 
@@ -81,6 +83,7 @@ class Leader:
         try:
             self._publish_leader()
             self.current = self._read_assignments()
+            self._known = self._read_known()
             self._written = {}
 
             def wake_workers(_children: list[str]) -> bool:
@@ -146,6 +149,38 @@ class Leader:
                 out[PartitionRef(p["subscription"], p["topic"], int(p["partition"]))] = worker_id
         return out
 
+    def _read_known(self) -> starts.Known:
+        out: starts.Known = {}
+        base = zkpaths.subscriptions(self.cluster)
+        try:
+            children = self.zk.get_children(base)
+        except NoNodeError:
+            return out
+        for child in children:
+            try:
+                raw, _ = self.zk.get(f"{base}/{child}")
+                doc = json.loads(raw or b"{}")
+                out[doc["name"]] = {str(t): int(n) for t, n in doc["partitions_at_start"].items()}
+            except NoNodeError:
+                continue
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                _log.warning("leader.bad_subscription_record", node=child, error=repr(exc))
+        return out
+
+    def _save_known(self, known: starts.Known) -> None:
+        for name, topics in known.items():
+            if self._known.get(name) != topics:
+                data = json.dumps({"name": name, "partitions_at_start": topics}, separators=(",", ":")).encode()
+                path = zkpaths.subscription(self.cluster, name)
+                try:
+                    self.zk.set(path, data)
+                except NoNodeError:
+                    self.zk.create(path, data, makepath=True)
+        for name in set(self._known) - set(known):
+            with contextlib.suppress(NoNodeError):
+                self.zk.delete(zkpaths.subscription(self.cluster, name))
+        self._known = known
+
     # --- one planning round ----------------------------------------------------------------
 
     def reconcile(self) -> None:
@@ -156,6 +191,7 @@ class Leader:
             return
         active = {s.name: s for s in subs if s.state == "active"}
         counts = self._partition_counts(active.values())
+        self._save_known(starts.record(self._known, subs, counts, self._missing))
         partitions: dict[PartitionRef, float] = {}
         for s in active.values():
             for topic in (*s.topics, s.retry_topic):
@@ -171,6 +207,12 @@ class Leader:
         self.current = new
         self.metrics.partitions.set(len(new))
         self.metrics.workers.set(len(workers))
+
+    def _entry(self, ref: PartitionRef, sub: Subscription) -> dict[str, Any]:
+        entry: dict[str, Any] = {"subscription": ref.subscription, "topic": ref.topic, "partition": ref.partition}
+        if starts.from_beginning(sub, ref.topic, ref.partition, self._known):
+            entry["start"] = "earliest"
+        return entry
 
     def _workers(self) -> dict[str, float]:
         base = zkpaths.workers(self.cluster)
@@ -209,9 +251,7 @@ class Leader:
             refs.sort()
             names = sorted({r.subscription for r in refs})
             doc = {
-                "partitions": [
-                    {"subscription": r.subscription, "topic": r.topic, "partition": r.partition} for r in refs
-                ],
+                "partitions": [self._entry(r, subs[r.subscription]) for r in refs],
                 "subscriptions": {n: subs[n].to_doc(mask_secrets=False) for n in names},
             }
             if self._written.get(w) == doc:

@@ -5,9 +5,13 @@
   leader                         ephemeral: {"id", "host", "since"} of the current leader
   workers/<worker_id>            ephemeral: {"id", "host", "since", "metrics_url"}
   assignments/<worker_id>        persistent, written by the leader:
-                                   {"generation": n, "partitions": [{"subscription", "topic", "partition"}]}
-  subscriptions/<name>           persistent, written by the leader: the subscription document
-                                   (header values included: workers need them; ZK ACLs protect them)
+                                   {"generation": n, "partitions": [{"subscription", "topic", "partition",
+                                   "start"?}], "subscriptions": {name: document (header values included:
+                                   workers need them; ZK ACLs protect them)}}; "start": "earliest" marks a
+                                   partition a start_from=latest subscription met after it started
+  subscriptions/<name>           persistent, written by the leader: {"name", "partitions_at_start":
+                                   {topic: partitions when the subscription first met it}}
+                                   (coordinator.starts; dropped with the subscription)
   subscriptions-changed          persistent; the portal sets it after each change, the leader watches it
   partitions/<sub>/<topic>/<p>/epoch   persistent: the ownership epoch, an integer, bumped with
                                    compare-and-set (znode version) by whoever takes ownership

@@ -100,8 +100,13 @@ class Engine:
 
     # --- ownership -----------------------------------------------------------------------
 
-    async def acquire(self, ref: PartitionRef, sub: Subscription, epoch: int | None) -> None:
-        """Take a partition. ``epoch=None`` (static assignments only) adopts the restored epoch."""
+    async def acquire(
+        self, ref: PartitionRef, sub: Subscription, epoch: int | None, *, from_beginning: bool = False
+    ) -> None:
+        """Take a partition. ``epoch=None`` (static assignments only) adopts the restored epoch.
+        ``from_beginning``: with no offset state yet, start at the beginning whatever
+        ``start_from`` says (the coordinator met the partition after the subscription started,
+        see :mod:`coordinator.starts`)."""
         if ref in self._runners:
             runner = self._runners[ref]
             if epoch is not None:
@@ -117,7 +122,14 @@ class Engine:
         anchored = restored is None
         if restored is None:
             # First owner ever: make the start durable before the first push (see worker.start_offsets).
-            start = await self._starts.resolve((ref.topic, ref.partition), sub.start_from)
+            start_from = sub.start_from
+            # Every record of the retry topic is a redriven one, written for this subscription only,
+            # usually just before the topic's first owner appears: never skip them.
+            if from_beginning or ref.topic == sub.retry_topic:
+                start_from = "earliest"
+            start = await self._starts.resolve((ref.topic, ref.partition), start_from)
+            if start_from != sub.start_from:
+                _log.info("partition.starts_at_beginning", key=ref.key(), start_from=sub.start_from, offset=start)
             restored = OffsetState(start, (), epoch, self.worker_id, int(time.time() * 1000))
             await self._store.write(ref, restored, sub.group_id)
         fetcher = self._fetcher_for((ref.topic, ref.partition))

@@ -62,6 +62,8 @@ class ZkSource:
         self.zk = make_client(settings)
         self.session_s = settings.zookeeper.session_timeout_ms / 1000
         self.desired: dict[PartitionRef, Subscription] = {}
+        # Desired partitions whose first owner starts at their beginning whatever start_from says.
+        self.from_beginning: set[PartitionRef] = set()
         self.owned: dict[PartitionRef, int] = {}  # acquired, with epoch
         self.taking: dict[PartitionRef, asyncio.Task[None]] = {}
         self._giving_back: dict[PartitionRef, set[asyncio.Future[None]]] = {}
@@ -107,13 +109,17 @@ class ZkSource:
         doc = json.loads(data) if data else {}
         subs = {name: from_trusted(d) for name, d in (doc.get("subscriptions") or {}).items()}
         desired = {}
+        from_beginning = set()
         for p in doc.get("partitions") or []:
             ref = PartitionRef(p["subscription"], p["topic"], int(p["partition"]))
             if ref.subscription in subs:
                 desired[ref] = subs[ref.subscription]
+                if p.get("start") == "earliest":  # met after the subscription started (coordinator.starts)
+                    from_beginning.add(ref)
         changed = [s for name, s in subs.items() if self._subs.get(name) not in (None, s)]
         self._subs = subs
         self.desired = desired
+        self.from_beginning = from_beginning
         for sub in changed:
             self._spawn(self.engine.update_subscription(sub))
         self._wake.set()
@@ -199,7 +205,9 @@ class ZkSource:
                 if epoch is not None:
                     self.owned[ref] = epoch
                     try:
-                        await self.engine.acquire(ref, self.desired[ref], epoch)
+                        await self.engine.acquire(
+                            ref, self.desired[ref], epoch, from_beginning=ref in self.from_beginning
+                        )
                     except asyncio.CancelledError:
                         if ref not in self.engine.owned():
                             # Given up before the engine took it: the owner node must not outlive

@@ -29,7 +29,7 @@ class NoEngine:
         self.metrics = WorkerMetrics(CollectorRegistry())
         self.acquired: list[PartitionRef] = []
 
-    async def acquire(self, ref: PartitionRef, sub: Any, epoch: int) -> None:
+    async def acquire(self, ref: PartitionRef, sub: Any, epoch: int, from_beginning: bool = False) -> None:
         self.acquired.append(ref)
 
     def owned(self) -> dict[PartitionRef, int]:
@@ -88,7 +88,7 @@ async def test_take_cancelled_inside_the_engine_gives_the_owner_node_back(zk_con
     settings = config.load(env={"FERRY_ZK_CONNECT": zk_connect, "FERRY_CLUSTER": cluster_name})
 
     class CancelledOnce(NoEngine):
-        async def acquire(self, ref: PartitionRef, sub: Any, epoch: int) -> None:
+        async def acquire(self, ref: PartitionRef, sub: Any, epoch: int, from_beginning: bool = False) -> None:
             self.acquired.append(ref)
             if len(self.acquired) == 1:
                 raise asyncio.CancelledError  # e.g. a restore future cancelled under it

@@ -92,6 +92,13 @@ class Cluster:
             db.update_subscription(s, row, parse(doc))
         self.touch()
 
+    def delete_subscription(self, name: str) -> None:
+        with db.session(self.engine) as s:
+            row = db.get_row(s, name)
+            assert row is not None
+            s.delete(row)
+        self.touch()
+
     def touch(self) -> None:
         path = zkpaths.subscriptions_changed(self.name)
         self.zk.ensure_path(path)
