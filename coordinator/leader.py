@@ -132,26 +132,9 @@ class Leader:
             self.zk.delete(path)
             self.zk.create(path, doc.encode(), ephemeral=True, makepath=True)
 
-    def _read_assignments(self) -> dict[PartitionRef, str]:
-        out: dict[PartitionRef, str] = {}
-        base = zkpaths.assignments(self.cluster)
-        try:
-            children = self.zk.get_children(base)
-        except NoNodeError:
-            return out
-        for worker_id in children:
-            try:
-                raw, _ = self.zk.get(f"{base}/{worker_id}")
-                doc = json.loads(raw or b"{}")
-            except (NoNodeError, ValueError):
-                continue
-            for p in doc.get("partitions", []):
-                out[PartitionRef(p["subscription"], p["topic"], int(p["partition"]))] = worker_id
-        return out
-
-    def _read_known(self) -> starts.Known:
-        out: starts.Known = {}
-        base = zkpaths.subscriptions(self.cluster)
+    def _children(self, base: str) -> list[tuple[str, Any]]:
+        """(name, JSON document) of each child of ``base``; a child gone meanwhile or not JSON is left out."""
+        out: list[tuple[str, Any]] = []
         try:
             children = self.zk.get_children(base)
         except NoNodeError:
@@ -159,10 +142,23 @@ class Leader:
         for child in children:
             try:
                 raw, _ = self.zk.get(f"{base}/{child}")
-                doc = json.loads(raw or b"{}")
-                out[doc["name"]] = {str(t): int(n) for t, n in doc["partitions_at_start"].items()}
-            except NoNodeError:
+                out.append((child, json.loads(raw or b"{}")))
+            except (NoNodeError, ValueError):
                 continue
+        return out
+
+    def _read_assignments(self) -> dict[PartitionRef, str]:
+        out: dict[PartitionRef, str] = {}
+        for worker_id, doc in self._children(zkpaths.assignments(self.cluster)):
+            for p in doc.get("partitions", []):
+                out[PartitionRef(p["subscription"], p["topic"], int(p["partition"]))] = worker_id
+        return out
+
+    def _read_known(self) -> starts.Known:
+        out: starts.Known = {}
+        for child, doc in self._children(zkpaths.subscriptions(self.cluster)):
+            try:
+                out[doc["name"]] = {str(t): int(n) for t, n in doc["partitions_at_start"].items()}
             except (ValueError, KeyError, TypeError, AttributeError) as exc:
                 _log.warning("leader.bad_subscription_record", node=child, error=repr(exc))
         return out

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ferry import embedded
+from tests.support.cluster import Cluster
 from tests.support.endpoint import EndpointRecorder
 
 _SERVICES: list[embedded.ServiceProcess] = []
@@ -99,6 +100,16 @@ def own_broker(tmp_path: Path) -> Iterator[embedded.ServiceProcess]:
 @pytest.fixture(scope="session")
 def kafka_bootstrap(kafka: embedded.ServiceProcess | None) -> str:
     return EXTERNAL_KAFKA or f"127.0.0.1:{kafka.port}"  # type: ignore[union-attr]
+
+
+@pytest.fixture()
+def cluster(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[Cluster]:
+    """A Ferry cluster of real processes (tests/support/cluster.py), closed after the test."""
+    c = Cluster(tmp_path, zk_connect, kafka_bootstrap)
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 @pytest.fixture()

@@ -7,8 +7,6 @@ import secrets
 import signal
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -20,15 +18,6 @@ from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
 PARTS = 24
-
-
-@pytest.fixture()
-def cluster(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, zk_connect, kafka_bootstrap)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def balanced(c: Cluster, workers: list[str]) -> bool:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -19,15 +17,6 @@ from tests.support.kafka import create_topic, produce
 from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture()
-def cluster(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, zk_connect, kafka_bootstrap)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def recorded(c: Cluster, name: str) -> dict[str, int] | None:
