@@ -5,29 +5,30 @@ at a time in offset order while different keys go concurrently, all within ``max
 unacknowledged deliveries per partition. A record waiting for its retry stays in flight for its
 key, so it holds back later records of that key only, never other keys.
 
-Each record maps to a *lane*: its key (``key``; a null key is its own lane, since Kafka gives
-null-keyed records no order), the one partition lane (``partition``), or itself (``none``).
-A lane is busy while one of its records is in flight. Ready lanes are served first come first
-served. Pure: no I/O, no clock.
-
-``none`` holds its records in one queue that is never busy, rather than a lane per record: the
-same records in the same order come out, without a dictionary entry and a ready-queue entry per
-record (bench/pipeline.py). :meth:`lane` still names a record's own lane, as retries need it.
+Under ``key`` and ``partition`` each record maps to a *lane*: its key (``key``; a null key is its
+own lane, since Kafka gives null-keyed records no order) or the one partition lane
+(``partition``). A lane is busy while one of its records is in flight. Ready lanes are served
+first come first served. ``none`` keeps no lanes: its records wait in one FIFO, in offset order,
+which is never busy: they go as ``max_in_flight`` allows (:meth:`lane` still names each record
+its own lane, for the retry logic). Pure: no I/O, no clock.
 
 Batch push mode takes *batches* (:meth:`take_batch`): a lane gives a batch every record it has
 queued, in offset order, within the batch's limits, and stays busy until all of them finish; so
 with ``key`` a batch may carry several records of one key (array order = offset order) and the
-next records of that key wait for the whole group.
+next records of that key wait for the whole group. ``none`` fills a batch from its FIFO.
 
-States of a record: pending (in its lane's queue) → in flight (taken) → finished (acked or
-dead-lettered). :meth:`clear` drops every pending record (release, fence).
+A reconfigure re-lanes the pending records; in-flight ones finish under the lane they were taken
+with (a key or partition lane stays busy until they do; records taken under ``none`` hold nothing).
+
+States of a record: pending (in its lane's queue, or the FIFO) → in flight (taken) → finished
+(acked or dead-lettered). :meth:`clear` drops every pending record (release, fence).
 """
 
 from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Hashable, Iterable
-from itertools import islice, repeat
+from itertools import chain, islice, repeat, starmap
 from operator import attrgetter
 from typing import Generic, Protocol, TypeVar
 
@@ -43,15 +44,26 @@ class HasOffset(Protocol):
 
 
 R = TypeVar("R", bound=HasOffset)
+T = TypeVar("T")
 
 _offset = attrgetter("offset")
 
-# Lanes: a key's bytes (``key``), the offset itself (``none``, and null keys under ``key``), or
-# this one object (``partition``). bytes, ints and a tuple never compare equal, so no tuple per
-# record is needed to keep them apart.
+# Lanes: a key's bytes (``key``), the offset itself (null keys under ``key``), or this one object
+# (``partition``). bytes, ints and a tuple never compare equal, so no tuple per record is needed
+# to keep them apart.
 _PARTITION_LANE = ("partition",)
-# The one queue of ``none``: never busy, ready whenever it holds records.
+# What a record taken under ``none`` is in flight under: a lane no queue, ready entry or busy count
+# ever has, so finishing it only forgets it.
 _FREE_LANE = ("none",)
+
+
+def _pop_left(queue: deque[T], n: int) -> list[T]:
+    """The first ``n`` items of ``queue``, removed (one C-level pass instead of a Python loop)."""
+    if n == len(queue):
+        out = list(queue)
+        queue.clear()
+        return out
+    return list(starmap(queue.popleft, repeat((), n)))
 
 
 class Window(Generic[R]):
@@ -68,6 +80,9 @@ class Window(Generic[R]):
         self._busy: dict[Hashable, int] = {}
         # The lane each in-flight record was taken under (it may differ after a reconfigure).
         self._taken: dict[int, Hashable] = {}
+        # ``none``: every pending record, in offset order (then ``_lanes`` and ``_ready`` are empty;
+        # otherwise this is). Records of ``none`` have no order to keep, so they need no lanes.
+        self._free: deque[R] = deque()
         self.pending = 0
 
     def reconfigure(self, ordering: str, max_in_flight: int) -> None:
@@ -81,6 +96,8 @@ class Window(Generic[R]):
             self.add(item)
 
     def lane(self, item: R) -> Hashable:
+        """The records a retried ``item`` holds back are those of its lane: its key (its offset for a
+        null key), every record (``partition``), or none but itself (``none``: its offset)."""
         if self.ordering == "partition":
             return _PARTITION_LANE
         if self.ordering == "key" and item.key is not None:
@@ -89,24 +106,30 @@ class Window(Generic[R]):
 
     def add(self, item: R) -> None:
         """A fetched record, in offset order."""
-        lane = _FREE_LANE if self.ordering == "none" else self.lane(item)
+        self.pending += 1
+        if self.ordering == "none":
+            self._free.append(item)
+            return
+        lane = self.lane(item)
         queue = self._lanes.get(lane)
         if queue is None:
             queue = self._lanes[lane] = deque()
             if lane not in self._busy:
                 self._ready.append(lane)
         queue.append(item)
-        self.pending += 1
 
     def add_many(self, items: list[R]) -> None:
         """Fetched records, in offset order: :meth:`add` for each, in one pass (the fetch path)."""
-        if self.ordering != "key":
-            one = _PARTITION_LANE if self.ordering == "partition" else _FREE_LANE
-            queue = self._lanes.get(one)
+        if self.ordering == "none":
+            self._free.extend(items)
+            self.pending += len(items)
+            return
+        if self.ordering == "partition":
+            queue = self._lanes.get(_PARTITION_LANE)
             if queue is None:
-                queue = self._lanes[one] = deque()
-                if one not in self._busy:
-                    self._ready.append(one)
+                queue = self._lanes[_PARTITION_LANE] = deque()
+                if _PARTITION_LANE not in self._busy:
+                    self._ready.append(_PARTITION_LANE)
             queue.extend(items)
             self.pending += len(items)
             return
@@ -126,21 +149,12 @@ class Window(Generic[R]):
 
     def take(self) -> list[R]:
         """Records that may start now; each is in flight until :meth:`finish`."""
+        if self.ordering == "none":
+            return self._take_free(self.max_in_flight - len(self._taken))
         out: list[R] = []
         while self._ready and self.in_flight < self.max_in_flight:
             lane = self._ready.popleft()
             queue = self._lanes[lane]
-            if lane is _FREE_LANE:
-                n = min(len(queue), self.max_in_flight - self.in_flight)
-                run = [queue.popleft() for _ in range(n)]
-                self._taken.update(zip(map(_offset, run), repeat(lane)))
-                self.pending -= n
-                out += run
-                if queue:
-                    self._ready.appendleft(lane)  # the window is full; it goes first when there is room
-                else:
-                    del self._lanes[lane]
-                continue
             item = queue.popleft()
             if not queue:
                 del self._lanes[lane]
@@ -153,79 +167,73 @@ class Window(Generic[R]):
     def take_batch(
         self, max_records: int, max_bytes: int, size: Callable[[R], int], raw_size: Callable[[R], int] | None = None
     ) -> list[R]:
-        """One batch that may start now, in offset order: whole runs of ready lanes until
-        ``max_records``, ``max_bytes`` (by ``size``) or ``max_in_flight`` is reached. A record larger
-        than ``max_bytes`` goes alone. Empty when nothing is ready. Every record is in flight until
-        :meth:`finish`; its lane stays busy until the last of them finishes.
+        """One batch that may start now, in offset order: whole runs of ready lanes (``none``: the
+        waiting records) until ``max_records``, ``max_bytes`` (by ``size``) or ``max_in_flight`` is
+        reached. A record larger than ``max_bytes`` goes alone. Empty when nothing is ready. Every
+        record is in flight until :meth:`finish`; its lane stays busy until the last of them finishes.
 
         ``raw_size``, when given, is a cheap bound such that ``size(r) <= 3 * raw_size(r) + 128``:
-        a lane's run of records that fits by that bound is taken without calling ``size`` per
-        record (the common case of small records and a large ``max_bytes``); near ``max_bytes``
-        the exact sizes decide, so the batches are the same either way.
+        a batch that fits by that bound is taken without calling ``size`` per record (the common
+        case of small records and a large ``max_bytes``); near ``max_bytes`` the exact sizes
+        decide, so the batches are the same either way.
         """
-        out: list[R] = []
         room = min(max_records, self.max_in_flight - len(self._taken))
-        used = count = runs = 0
-        exact = True  # whether `used` is the exact sum of `size`, or only an upper bound
-        ready, lanes, taken, busy = self._ready, self._lanes, self._taken, self._busy
-        while ready and count < room:
-            lane = ready.popleft()
+        if room <= 0:
+            return []
+        if self.ordering == "none":
+            free = self._free
+            n = min(room, len(free))
+            return self._take_free(_fitting(free, n, max_bytes, size, raw_size))
+        ready, lanes = self._ready, self._lanes
+        if not ready:
+            return []
+        out: list[R] = []
+        took: list[Hashable] = []
+        counts: list[int] = []
+        # The candidates: the ready lanes' runs in turn, up to `room` records. They are looked at
+        # first and taken after, so that the bound of all of them is one sum, not one per lane.
+        for lane in ready:
             queue = lanes[lane]
-            free = lane is _FREE_LANE
-            runs += 1
-            if raw_size is not None:
-                n = min(len(queue), room - count)
-                run = list(queue) if n == len(queue) else list(islice(queue, n))
-                bound = 3 * sum(map(raw_size, run)) + 128 * n
-                if used + bound <= max_bytes:
-                    out += run
-                    taken.update(zip(map(_offset, run), repeat(lane)))
-                    used += bound
-                    exact = False
-                    count += n
-                    if not free:
-                        busy[lane] = n
-                    self.pending -= n
-                    if n < len(queue):
-                        for _ in range(n):
-                            queue.popleft()
-                        if free:
-                            ready.appendleft(lane)
-                        break  # partly taken: as below
-                    del lanes[lane]
-                    continue
-            if not exact:
-                used = sum(map(size, out))
-                exact = True
-            n = 0
-            while queue and count < room:
-                item = queue[0]
-                s = size(item)
-                if count and used + s > max_bytes:
-                    break
-                queue.popleft()
-                used += s
-                taken[item.offset] = lane
-                out.append(item)
-                n += 1
-                count += 1
-            if n == 0:
-                ready.appendleft(lane)  # the batch is full by bytes; this lane starts the next one
+            n = min(len(queue), room - len(out))
+            out += queue if n == len(queue) else islice(queue, n)
+            took.append(lane)
+            counts.append(n)
+            if len(out) == room:
                 break
-            self.pending -= n
-            if free:
-                if queue:
-                    ready.appendleft(lane)  # never busy: it starts the next batch
-                    break
-            else:
-                busy[lane] = n
-                if queue:
-                    break  # partly taken: the rest waits until these finish (finish() makes it ready again)
+        drop = len(out) - _fitting(out, len(out), max_bytes, size, raw_size)
+        if drop:
+            # Full by bytes: the batch ends inside a lane (it is partly taken) or where one begins
+            # (that one stays ready and starts the next batch).
+            del out[-drop:]
+            while drop >= counts[-1]:
+                drop -= counts.pop()
+                took.pop()
+            counts[-1] -= drop
+        several = len(took) > 1
+        # Each record's lane, for finish(): one C-level pass over the batch.
+        of_lane = chain.from_iterable(map(repeat, took, counts)) if several else repeat(took[0])
+        self._taken.update(zip(map(_offset, out), of_lane, strict=False))
+        self._busy.update(zip(took, counts, strict=True))
+        self.pending -= len(out)
+        _pop_left(ready, len(took))
+        last = lanes[took[-1]]
+        if counts[-1] < len(last):
+            # Partly taken: the rest waits until these finish (finish() makes the lane ready again).
+            _pop_left(last, counts[-1])
+            took.pop()
+        for lane in took:
             del lanes[lane]
-        if runs > 1 and len(out) > 1:
+        if several:
             # Offset order overall (so per lane too): the acks then come back as contiguous runs.
-            # One lane's run is in offset order already.
             out.sort(key=_offset)
+        return out
+
+    def _take_free(self, n: int) -> list[R]:
+        if n <= 0 or not self._free:
+            return []
+        out = _pop_left(self._free, min(n, len(self._free)))
+        self._taken.update(zip(map(_offset, out), repeat(_FREE_LANE)))
+        self.pending -= len(out)
         return out
 
     def finish(self, item: R) -> None:
@@ -244,8 +252,11 @@ class Window(Generic[R]):
     def finish_offsets(self, offsets: Iterable[int]) -> None:
         """:meth:`finish` for the in-flight records at ``offsets``, counted per lane (a batch's acks)."""
         taken = list(map(self._taken.pop, offsets, repeat(None)))
+        busy = self._busy
+        if not busy:
+            return  # only records of ``none`` were in flight: forgetting them is all
         counts = Counter(taken)
-        busy, lanes, ready = self._busy, self._lanes, self._ready
+        lanes, ready = self._lanes, self._ready
         # In the order of each lane's last record, as finish() one by one would make them ready.
         for lane in reversed(dict.fromkeys(reversed(taken))):
             if lane is None or lane is _FREE_LANE:
@@ -265,8 +276,25 @@ class Window(Generic[R]):
 
     def clear(self) -> list[R]:
         """Drop every pending record (they stay unacknowledged) and return them in offset order."""
-        items = sorted((i for q in self._lanes.values() for i in q), key=lambda i: i.offset)
+        items = sorted(chain(self._free, *self._lanes.values()), key=_offset)
+        self._free.clear()
         self._lanes.clear()
         self._ready.clear()
         self.pending = 0
         return items
+
+
+def _fitting(
+    queue: deque[R] | list[R], n: int, max_bytes: int, size: Callable[[R], int], raw_size: Callable[[R], int] | None
+) -> int:
+    """How many of the first ``n`` records of ``queue`` fit in ``max_bytes`` (at least one): all of
+    them when the cheap bound says so, else as many as their exact sizes allow, in order."""
+    head = queue if n == len(queue) else islice(queue, n)
+    if raw_size is not None and 3 * sum(map(raw_size, head)) + 128 * n <= max_bytes:
+        return n
+    used = 0
+    for i, item in enumerate(queue if n == len(queue) else islice(queue, n)):
+        used += size(item)
+        if i and used > max_bytes:
+            return i
+    return n

@@ -53,7 +53,7 @@ def size(r: Rec) -> int:
         ("key", ["a", "a", "a", "b"], 2, 100, [0, 1], [3]),
         # partition: one lane, so one batch in flight per partition.
         ("partition", ["a", "b", "c"], 2, 100, [0, 1], []),
-        # none: every record is its own lane; batches fill from any.
+        # none: no order; batches fill from the waiting records in offset order.
         ("none", ["a", "a", "a", "a", "a"], 2, 100, [0, 1], [2, 3]),
         # max_in_flight bounds un-acknowledged records across batches.
         ("none", ["a", "a", "a", "a", "a"], 3, 4, [0, 1, 2], [3]),
