@@ -201,6 +201,61 @@ def test_partial_failure_retries_only_failed_records_in_key_order(
         w.stop()
 
 
+@pytest.mark.parametrize("ordering", ["partition", "none"])
+def test_partition_and_none_orderings_with_failures(
+    tmp_path: Path, kafka_bootstrap: str, endpoint: EndpointRecorder, ordering: str
+) -> None:
+    """The other two orderings through a real worker: every record acknowledged once retries are
+    done, offsets committed to the end; ``partition`` keeps one batch in flight per partition, so
+    its records are done in offset order per partition; ``none`` fills its batches."""
+    n, parts = 2000, 2
+    name = f"b{ordering}"
+    topic, offsets_topic = setup(kafka_bootstrap, name, parts, n, 20)
+    rng = random.Random(11)
+    log = BatchLog(status_of=lambda e: 503 if e["kafkaoffset"] % 11 == 5 and e["ferryattempt"] == 1 else 200)
+
+    def jittered(req: Received) -> Reply:
+        reply = log(req)
+        reply.delay_s = rng.choice((0, 0, 0.003))  # batches of a partition finish out of order
+        return reply
+
+    endpoint.script = jittered
+    sub = {
+        "name": name,
+        "topics": [topic],
+        "ordering": ordering,
+        "endpoint": {"url": endpoint.url},
+        "max_in_flight": 200,
+        "retry": {"max_attempts": 3, "initial_backoff_ms": 10, "max_backoff_ms": 50},
+        "batch": {"max_records": 40},
+    }
+    w = static_worker(tmp_path, f"wb-{ordering}", kafka_bootstrap, offsets_topic, [sub]).start()
+    try:
+        w.wait_ready(30)
+        until(lambda: len(log.acked_ids()) >= n, timeout_s=60, what="every record acknowledged")
+        events = log.snapshot()
+        assert {e.data["i"] for e in events} == set(range(n))
+        assert any(e.status == 503 for e in events)
+        assert max(len(b) for b in log.batches) == 40  # batches fill while records wait
+        if ordering == "partition":
+            by_partition = [Event(**{**e.__dict__, "key": None}) for e in events]
+            last_success_in_key_order(by_partition)  # one lane per partition
+        until(
+            lambda: all(
+                (s := offset_states(kafka_bootstrap, offsets_topic).get(PartitionRef(name, topic, p)))
+                and s.committed == n // parts
+                for p in range(parts)
+            ),
+            timeout_s=30,
+            what="committed reaches the end of every partition",
+        )
+        stats = w.stats()
+        assert sum(s["delivered"] for s in stats) == n
+        assert sum(s["dead_lettered"] for s in stats) == 0
+    finally:
+        w.stop()
+
+
 def test_poison_record_dead_lettered_rest_of_batch_acknowledged(tmp_path: Path, kafka_bootstrap: str) -> None:
     n = 600
     topic, offsets_topic = setup(
