@@ -62,27 +62,23 @@ async def batch(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
-def median(xs: list[float]) -> float:
-    return sorted(xs)[len(xs) // 2] if xs else 0.0
+def percentile(ordered: list[float], q: float) -> float:
+    """The ``q`` quantile of sorted figures (0.0 for none)."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 async def stats(_: web.Request) -> web.Response:
     xs = sorted(lat_ms)
-
-    def pct(q: float) -> float:
-        return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
-
     quarter = len(lat_ms) // 4
-
     return web.json_response(
         {
             "count": len(seen),
-            "p50_ms": pct(0.5),
-            "p95_ms": pct(0.95),
-            "p99_ms": pct(0.99),
+            "p50_ms": percentile(xs, 0.5),
+            "p95_ms": percentile(xs, 0.95),
+            "p99_ms": percentile(xs, 0.99),
             # In receipt order: a latency that grows through a steady run is a queue building up.
-            "p50_first_quarter_ms": median(lat_ms[:quarter]),
-            "p50_last_quarter_ms": median(lat_ms[-quarter:]) if quarter else 0.0,
+            "p50_first_quarter_ms": percentile(sorted(lat_ms[:quarter]), 0.5),
+            "p50_last_quarter_ms": percentile(sorted(lat_ms[-quarter:]), 0.5) if quarter else 0.0,
             "first_at": span[0],
             "last_at": span[1],
             "posts": posts[0],
