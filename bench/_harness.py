@@ -1,9 +1,10 @@
 """Shared pieces of the benchmarks: a broker + endpoint stack, static workers, process figures.
 
-``with Stack() as s:`` starts the embedded broker and the trivial endpoint (bench/_endpoint.py)
-on free ports and stops both on exit; ``s.worker(...)`` starts a static worker
-(``ferry worker --assignment FILE``) that the stack also stops on exit, so a benchmark leaves no
-process behind even when it fails; the log directory is removed after a run that did not fail.
+``with Stack() as s:`` starts the embedded broker and the trivial endpoint (bench/_endpoint.py;
+its lean server with ``Stack(lean_endpoint=True)``) on free ports and stops both on exit;
+``s.worker(...)`` starts a static worker (``ferry worker --assignment FILE``) that the stack also
+stops on exit, so a benchmark leaves no process behind even when it fails; the log directory is
+removed after a run that did not fail.
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ def produce_even(bootstrap: str, topic: str, partitions: int, per_partition: int
 
 
 class Stack:
-    def __init__(self, prefix: str = "ferry-bench-") -> None:
+    def __init__(self, prefix: str = "ferry-bench-", lean_endpoint: bool = False) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix=prefix))
+        self._lean = lean_endpoint
         self._procs: list[embedded.ServiceProcess] = []
 
     def __enter__(self) -> Stack:
@@ -94,9 +96,8 @@ class Stack:
         self.broker.start().wait_ready(30)
         self.bootstrap = f"127.0.0.1:{self.broker.port}"
         port = embedded.free_port()
-        self.endpoint = embedded.ServiceProcess(
-            "endpoint", [sys.executable, str(BENCH / "_endpoint.py"), str(port)], port, self.tmp / "ep.log"
-        )
+        argv = [sys.executable, str(BENCH / "_endpoint.py"), str(port), *(["--lean"] if self._lean else [])]
+        self.endpoint = embedded.ServiceProcess("endpoint", argv, port, self.tmp / "ep.log")
         self._procs.append(self.endpoint)
         self.endpoint.start().wait_ready(30)
         self.ep = f"http://127.0.0.1:{port}"
@@ -113,6 +114,10 @@ class Stack:
 
     def stats(self) -> dict[str, Any]:
         return http("GET", f"{self.ep}/stats")
+
+    def receipts(self) -> dict[str, float]:
+        """When each record pushed one at a time arrived (ms since the epoch), by ``<partition>/<offset>``."""
+        return http("GET", f"{self.ep}/receipts")
 
     def process(self, name: str, argv: list[str]) -> embedded.ServiceProcess:
         """Start a process with no port to wait for (e.g. the naive loop); the stack stops it on exit."""
