@@ -10,12 +10,13 @@ Run: python3 bench/latency.py [--rates 500,1000,2000,3000] [--seconds 10] [--bac
    maximum single-record rate of each on this machine.
 2. Steady: for each rate, for the naive loop and then the worker, each on its own fresh topic
    (12 partitions): a consumer is started and warmed up (200 records), then a producer at that rate
-   (CreateTime timestamps, ``linger.ms=1``) for ``--seconds``; the consumer delivers to the trivial
-   endpoint; p50/p95/p99 of record timestamp → endpoint receipt, and CPU per 1,000 records of the
-   consumer process and of the broker. The worker: ``max_in_flight`` 32 per partition, ordering=key;
-   the naive loop: its own process, 128 in flight, ``fetch.wait.max.ms`` 10 and
-   ``fetch.queue.backoff.ms`` 10 (Ferry's defaults too). ``--half`` adds half of each measured
-   maximum to the rates.
+   (CreateTime timestamps, ``linger.ms`` 5, librdkafka's default and Kafka 4's, ``--linger-ms``) for
+   ``--seconds``; the consumer delivers to the trivial endpoint; p50/p95/p99 of record timestamp →
+   endpoint receipt, CPU per 1,000 records of the consumer process, the broker, the endpoint and
+   the script's producer, and the cores those four kept busy together. The worker:
+   ``max_in_flight`` 32 per partition, ordering=key; the naive loop: its own process, 128 in
+   flight, ``fetch.wait.max.ms`` 10 and ``fetch.queue.backoff.ms`` 10 (Ferry's defaults too).
+   ``--half`` adds half of each measured maximum to the rates.
 3. ``--sustained``: the backlog rate is not one the whole pipeline can carry, since a steady run
    also pays the producer and the broker's cost per small request on the same cores. For each
    consumer, rates of ``LADDER`` are tried upwards (``--probe-seconds`` each) until one is not
@@ -42,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Producer
 
+from bench._endpoint import percentile
 from bench._harness import BENCH, Stack, cpu_seconds, create_topic, steady_rate, sub
 from bench.delivery import produce
 from ferry.embedded import ServiceProcess
@@ -63,11 +65,24 @@ def steady(
     s: Stack, p: Producer, topic: str, rate: float, seconds: float, consumer: ServiceProcess
 ) -> dict[str, float]:
     s.reset()
-    consumer_pid: int = consumer.proc.pid  # type: ignore[union-attr]
-    broker_pid: int = s.broker.proc.pid  # type: ignore[union-attr]
-    c0, b0 = cpu_seconds(consumer_pid), cpu_seconds(broker_pid)
+    pids = {
+        "consumer": consumer.proc.pid,  # type: ignore[union-attr]
+        "broker": s.broker.proc.pid,  # type: ignore[union-attr]
+        "endpoint": s.endpoint.proc.pid,  # type: ignore[union-attr]
+        "producer": os.getpid(),
+    }
+    cpu0 = {who: cpu_seconds(pid) for who, pid in pids.items()}
     n = int(rate * seconds)
     value = b"x" * 100
+    acked_ms: list[float] = []
+    acked_at: dict[str, float] = {}  # "<partition>/<offset>" -> when the broker acknowledged it
+
+    def acked(err: Any, msg: Any) -> None:
+        if err is None:
+            took_ms = msg.latency() * 1000
+            acked_ms.append(took_ms)
+            acked_at[f"{msg.partition()}/{msg.offset()}"] = msg.timestamp()[1] + took_ms
+
     started = time.monotonic()
     i = 0
     # Every millisecond, produce the records that are due: a sleep per record costs more CPU than
@@ -75,7 +90,7 @@ def steady(
     while i < n and time.monotonic() - started < seconds + 30:
         due = min(n, int((time.monotonic() - started) * rate) + 1)
         while i < due:
-            p.produce(topic, key=f"k{i % 600}".encode(), value=value)
+            p.produce(topic, key=f"k{i % 600}".encode(), value=value, on_delivery=acked)
             i += 1
         p.poll(0)
         time.sleep(0.001)
@@ -87,12 +102,30 @@ def steady(
         time.sleep(0.05)
     drain_s = time.monotonic() - produced_at
     st = s.stats()
+    spent = {who: cpu_seconds(pid) - cpu0[who] for who, pid in pids.items()}
     per_k = 1000 / max(1, st["count"])
-    cpu = {
-        "consumer_ms": (cpu_seconds(consumer_pid) - c0) * 1000 * per_k,
-        "broker_ms": (cpu_seconds(broker_pid) - b0) * 1000 * per_k,
+    cpu = {f"{who}_ms": seconds * 1000 * per_k for who, seconds in spent.items()}
+    # Cores the four processes kept busy together while the producer ran and the consumer drained.
+    cores = sum(spent.values()) / (produced_s + drain_s)
+    # produce() to the broker's acknowledgement: the part of the latency spent before the record
+    # is in the log (the producer's linger and the broker's answer), whoever consumes it; and
+    # from that acknowledgement to the endpoint: the consumer's part (the record was fetchable
+    # by then at the latest).
+    produce_p99_ms = percentile(sorted(acked_ms), 0.99)
+    receipts = s.receipts()
+    after = sorted(receipts[k] - at for k, at in acked_at.items() if k in receipts)
+    return {
+        "rate": rate,
+        "achieved": i / produced_s,
+        "n": i,
+        "drain_s": drain_s,
+        "cores": cores,
+        "produce_p99_ms": produce_p99_ms,
+        "after_ack_p50_ms": percentile(after, 0.5),
+        "after_ack_p99_ms": percentile(after, 0.99),
+        **cpu,
+        **st,
     }
-    return {"rate": rate, "achieved": i / produced_s, "n": i, "drain_s": drain_s, **cpu, **st}
 
 
 Start = Callable[[int], ServiceProcess]
@@ -225,13 +258,22 @@ def main() -> None:
         help="also find each consumer's maximum sustained rate (the producer running) and measure at half of it",
     )
     ap.add_argument("--probe-seconds", type=float, default=5, help="--sustained: seconds per rate tried")
+    ap.add_argument(
+        "--linger-ms", type=float, default=5, help="the steady producer's linger.ms (5: librdkafka's, Kafka 4's)"
+    )
+    ap.add_argument(
+        "--endpoint",
+        choices=("lean", "aiohttp"),
+        default="lean",
+        help="the endpoint's server (bench/_endpoint.py): lean takes less of the shared cores",
+    )
     ap.add_argument("--plot", type=Path, default=None)
     a = ap.parse_args()
     env = dict(kv.split("=", 1) for kv in a.env)
     rates = [float(r) for r in a.rates.split(",") if r]
     base = not a.no_baseline
     print(f"load average at the start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)", flush=True)
-    with Stack("ferry-bench-latency-") as s:
+    with Stack("ferry-bench-latency-", lean_endpoint=a.endpoint == "lean") as s:
         max_rate = naive_max = 0.0
 
         def worker(name: str, topic: str) -> ServiceProcess:
@@ -252,7 +294,7 @@ def main() -> None:
                 rates.append(round(max_rate / 2, -1))
                 if base:
                     rates.append(round(naive_max / 2, -1))
-        p = Producer({"bootstrap.servers": s.bootstrap, "linger.ms": 1})
+        p = Producer({"bootstrap.servers": s.bootstrap, "linger.ms": a.linger_ms})
         sus_ferry = sus_naive = 0.0
         if a.sustained:
             if base:
@@ -327,7 +369,11 @@ def main() -> None:
         print(f"Ferry {sus_ferry:,.0f} records/s (half: {sus_ferry / 2:,.0f})")
     print(table(rows, base))
     print(f"load average at the end: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores; other processes share them)")
-    print("goal: p99 < 50 ms at half of the maximum single-record rate; CPU: ms per 1,000 records delivered")
+    print(
+        "goal: p99 < 50 ms at half of the maximum single-record rate; CPU: ms per 1,000 records delivered; "
+        "cores: consumer + broker + endpoint + producer together, of the machine's "
+        f"{os.cpu_count()}"
+    )
     if a.plot:
         plot(a.plot, rows, max_rate, naive_max, sus_ferry)
 
@@ -337,8 +383,11 @@ def table(rows: list[dict[str, Any]], base: bool) -> str:
     if base:
         cols = ["rate/s", "produced/s naive / Ferry", "delivered naive / Ferry", "naive p50", "naive p99"]
         cols += ["Ferry p50", "Ferry p99", "p99 Ferry/naive", "CPU naive", "CPU Ferry", "broker CPU naive / Ferry"]
+        cols += ["endpoint CPU naive / Ferry", "cores naive / Ferry", "produce p99 naive / Ferry"]
+        cols += ["after ack p99 naive / Ferry"]
     else:
         cols = ["rate/s", "produced/s", "delivered", "p50 ms", "p95 ms", "p99 ms", "worker CPU", "broker CPU"]
+        cols += ["endpoint CPU", "producer CPU", "cores", "produce p99 ms", "after ack p50 ms", "after ack p99 ms"]
     out = ["| " + " | ".join(cols) + " |", "|" + " ---: |" * len(cols)]
     for row in rows:
         f = row["ferry"]
@@ -356,6 +405,10 @@ def table(rows: list[dict[str, Any]], base: bool) -> str:
                 f"{n['consumer_ms']:.0f}",
                 f"{f['consumer_ms']:.0f}",
                 f"{n['broker_ms']:.0f} / {f['broker_ms']:.0f}",
+                f"{n['endpoint_ms']:.0f} / {f['endpoint_ms']:.0f}",
+                f"{n['cores']:.2f} / {f['cores']:.2f}",
+                f"{n['produce_p99_ms']:.1f} / {f['produce_p99_ms']:.1f}",
+                f"{n['after_ack_p99_ms']:.1f} / {f['after_ack_p99_ms']:.1f}",
             ]
         else:
             cells = [
@@ -365,6 +418,12 @@ def table(rows: list[dict[str, Any]], base: bool) -> str:
                 *(f"{f[k]:.1f}" for k in ("p50_ms", "p95_ms", "p99_ms")),
                 f"{f['consumer_ms']:.0f}",
                 f"{f['broker_ms']:.0f}",
+                f"{f['endpoint_ms']:.0f}",
+                f"{f['producer_ms']:.0f}",
+                f"{f['cores']:.2f}",
+                f"{f['produce_p99_ms']:.1f}",
+                f"{f['after_ack_p50_ms']:.1f}",
+                f"{f['after_ack_p99_ms']:.1f}",
             ]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out)
