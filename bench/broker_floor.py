@@ -11,7 +11,9 @@ For each rate and each case, a fresh topic; the producer (this process; CreateTi
 consumer, it runs in its own process (so the producer and it do not share a GIL), reads from the
 beginning of every partition, and reports its fetch requests per second from librdkafka's
 statistics. Printed: records/s produced, the broker's CPU in cores and in ms per 1,000 records,
-the consumer's fetch requests/s and the broker's CPU per fetch request.
+the consumer's fetch requests/s, the broker's CPU per fetch request, and the p99 of
+``produce()`` → the broker's acknowledgement: a latency floor that no consumer can go under,
+since a record is fetchable only once it is in the log.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench._endpoint import percentile
 from bench._harness import Stack, cpu_seconds, create_topic
 
 
@@ -64,21 +67,28 @@ def consume(bootstrap: str, topic: str, partitions: int, fetch_wait_ms: int, sto
     out.put((n, per_s))
 
 
-def produce_steady(p: Producer, topic: str, rate: float, seconds: float) -> tuple[int, float]:
-    """Produce ``rate`` records/s for ``seconds`` (due records every millisecond); (records, seconds taken)."""
+def produce_steady(p: Producer, topic: str, rate: float, seconds: float) -> tuple[int, float, float]:
+    """Produce ``rate`` records/s for ``seconds`` (due records every millisecond); (records,
+    seconds taken, p99 of ``produce()`` → the broker's acknowledgement in ms)."""
     n = int(rate * seconds)
     value = b"x" * 100
+    acked_ms: list[float] = []
+
+    def acked(err: Any, msg: Any) -> None:
+        if err is None:
+            acked_ms.append(msg.latency() * 1000)
+
     started = time.monotonic()
     i = 0
     while i < n and time.monotonic() - started < seconds + 30:
         due = min(n, int((time.monotonic() - started) * rate) + 1)
         while i < due:
-            p.produce(topic, key=f"k{i % 600}".encode(), value=value)
+            p.produce(topic, key=f"k{i % 600}".encode(), value=value, on_delivery=acked)
             i += 1
         p.poll(0)
         time.sleep(0.001)
     p.flush(30)
-    return i, time.monotonic() - started
+    return i, time.monotonic() - started, percentile(sorted(acked_ms), 0.99)
 
 
 def run(s: Stack, a: argparse.Namespace, rate: float, with_consumer: bool) -> dict[str, float]:
@@ -94,7 +104,7 @@ def run(s: Stack, a: argparse.Namespace, rate: float, with_consumer: bool) -> di
     p = Producer({"bootstrap.servers": s.bootstrap, "linger.ms": a.linger_ms})
     broker_pid: int = s.broker.proc.pid  # type: ignore[union-attr]
     b0 = cpu_seconds(broker_pid)
-    n, took = produce_steady(p, topic, rate, a.seconds)
+    n, took, produce_p99_ms = produce_steady(p, topic, rate, a.seconds)
     broker_s = cpu_seconds(broker_pid) - b0
     consumed, fetch_per_s = 0, 0.0
     if child is not None:
@@ -109,6 +119,7 @@ def run(s: Stack, a: argparse.Namespace, rate: float, with_consumer: bool) -> di
         "broker_cores": broker_s / took,
         "broker_ms_per_k": broker_s * 1e6 / max(1, n),
         "fetch_per_s": fetch_per_s,
+        "produce_p99_ms": produce_p99_ms,
     }
 
 
@@ -135,6 +146,7 @@ def main() -> None:
     )
     cols = ["rate/s", "produced/s alone / with consumer", "broker cores: producer alone", "+ one consumer"]
     cols += ["broker ms / 1k records alone / with consumer", "fetch requests/s", "broker ms per fetch"]
+    cols += ["produce p99 ms alone / with consumer"]
     print("| " + " | ".join(cols) + " |")
     print("|" + " ---: |" * len(cols))
     for alone, read in rows:
@@ -147,10 +159,12 @@ def main() -> None:
             f"{alone['broker_ms_per_k']:.0f} / {read['broker_ms_per_k']:.0f}",
             f"{read['fetch_per_s']:.0f}",
             f"{per_fetch:.1f}",
+            f"{alone['produce_p99_ms']:.1f} / {read['produce_p99_ms']:.1f}",
         ]
         print("| " + " | ".join(cells) + " |")
     print(f"load average at the end: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
     print("broker ms per fetch: the consumer's share of the broker's CPU divided by its fetch requests")
+    print("produce p99: produce() to the broker's acknowledgement; no record is fetchable before it is in the log")
 
 
 if __name__ == "__main__":
