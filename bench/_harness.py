@@ -17,6 +17,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench._endpoint import percentile
 from ferry import embedded
 
 BENCH = Path(__file__).resolve().parent
@@ -82,6 +84,47 @@ def produce_even(bootstrap: str, topic: str, partitions: int, per_partition: int
                 except BufferError:
                     p.poll(0.05)
     p.flush(120)
+
+
+@dataclass
+class Produced:
+    """What :func:`produce_steady` produced."""
+
+    n: int
+    seconds: float  # from the first produce() to the end of the flush
+    acked_ms: list[float]  # per record: produce() → the broker's acknowledgement
+    acked_at: dict[str, float]  # "<partition>/<offset>" → when the broker acknowledged it, ms since the epoch
+
+    def produce_p99_ms(self) -> float:
+        return percentile(sorted(self.acked_ms), 0.99)
+
+
+def produce_steady(p: Producer, topic: str, rate: float, seconds: float) -> Produced:
+    """Produce ``rate`` records/s (100-byte values, 600 keys, CreateTime) for ``seconds``, then flush."""
+    n = int(rate * seconds)
+    value = b"x" * 100
+    out = Produced(0, 0.0, [], {})
+
+    def acked(err: Any, msg: Any) -> None:
+        if err is None:
+            took_ms = msg.latency() * 1000
+            out.acked_ms.append(took_ms)
+            out.acked_at[f"{msg.partition()}/{msg.offset()}"] = msg.timestamp()[1] + took_ms
+
+    started = time.monotonic()
+    i = 0
+    # Every millisecond, produce the records that are due: a sleep per record costs more CPU than
+    # the producing itself and capped the rate at ~2,000/s on the shared machine.
+    while i < n and time.monotonic() - started < seconds + 30:
+        due = min(n, int((time.monotonic() - started) * rate) + 1)
+        while i < due:
+            p.produce(topic, key=f"k{i % 600}".encode(), value=value, on_delivery=acked)
+            i += 1
+        p.poll(0)
+        time.sleep(0.001)
+    p.flush(30)
+    out.n, out.seconds = i, time.monotonic() - started
+    return out
 
 
 class Stack:

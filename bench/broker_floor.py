@@ -31,8 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from bench._endpoint import percentile
-from bench._harness import Stack, cpu_seconds, create_topic
+from bench._harness import Stack, cpu_seconds, create_topic, produce_steady
 
 
 def consume(bootstrap: str, topic: str, partitions: int, fetch_wait_ms: int, stop: Any, out: Any) -> None:
@@ -67,30 +66,6 @@ def consume(bootstrap: str, topic: str, partitions: int, fetch_wait_ms: int, sto
     out.put((n, per_s))
 
 
-def produce_steady(p: Producer, topic: str, rate: float, seconds: float) -> tuple[int, float, float]:
-    """Produce ``rate`` records/s for ``seconds`` (due records every millisecond); (records,
-    seconds taken, p99 of ``produce()`` → the broker's acknowledgement in ms)."""
-    n = int(rate * seconds)
-    value = b"x" * 100
-    acked_ms: list[float] = []
-
-    def acked(err: Any, msg: Any) -> None:
-        if err is None:
-            acked_ms.append(msg.latency() * 1000)
-
-    started = time.monotonic()
-    i = 0
-    while i < n and time.monotonic() - started < seconds + 30:
-        due = min(n, int((time.monotonic() - started) * rate) + 1)
-        while i < due:
-            p.produce(topic, key=f"k{i % 600}".encode(), value=value, on_delivery=acked)
-            i += 1
-        p.poll(0)
-        time.sleep(0.001)
-    p.flush(30)
-    return i, time.monotonic() - started, percentile(sorted(acked_ms), 0.99)
-
-
 def run(s: Stack, a: argparse.Namespace, rate: float, with_consumer: bool) -> dict[str, float]:
     topic = f"floor-{'c' if with_consumer else 'p'}-{rate:.0f}"
     create_topic(s.bootstrap, topic, a.partitions)
@@ -104,7 +79,8 @@ def run(s: Stack, a: argparse.Namespace, rate: float, with_consumer: bool) -> di
     p = Producer({"bootstrap.servers": s.bootstrap, "linger.ms": a.linger_ms})
     broker_pid: int = s.broker.proc.pid  # type: ignore[union-attr]
     b0 = cpu_seconds(broker_pid)
-    n, took, produce_p99_ms = produce_steady(p, topic, rate, a.seconds)
+    made = produce_steady(p, topic, rate, a.seconds)
+    n, took = made.n, made.seconds
     broker_s = cpu_seconds(broker_pid) - b0
     consumed, fetch_per_s = 0, 0.0
     if child is not None:
@@ -119,7 +95,7 @@ def run(s: Stack, a: argparse.Namespace, rate: float, with_consumer: bool) -> di
         "broker_cores": broker_s / took,
         "broker_ms_per_k": broker_s * 1e6 / max(1, n),
         "fetch_per_s": fetch_per_s,
-        "produce_p99_ms": produce_p99_ms,
+        "produce_p99_ms": made.produce_p99_ms(),
     }
 
 

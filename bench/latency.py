@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Producer
 
 from bench._endpoint import percentile
-from bench._harness import BENCH, Stack, cpu_seconds, create_topic, steady_rate, sub
+from bench._harness import BENCH, Stack, cpu_seconds, create_topic, produce_steady, steady_rate, sub
 from bench.delivery import produce
 from ferry.embedded import ServiceProcess
 
@@ -72,30 +72,8 @@ def steady(
         "producer": os.getpid(),
     }
     cpu0 = {who: cpu_seconds(pid) for who, pid in pids.items()}
-    n = int(rate * seconds)
-    value = b"x" * 100
-    acked_ms: list[float] = []
-    acked_at: dict[str, float] = {}  # "<partition>/<offset>" -> when the broker acknowledged it
-
-    def acked(err: Any, msg: Any) -> None:
-        if err is None:
-            took_ms = msg.latency() * 1000
-            acked_ms.append(took_ms)
-            acked_at[f"{msg.partition()}/{msg.offset()}"] = msg.timestamp()[1] + took_ms
-
-    started = time.monotonic()
-    i = 0
-    # Every millisecond, produce the records that are due: a sleep per record costs more CPU than
-    # the producing itself and capped the rate at ~2,000/s on the shared machine.
-    while i < n and time.monotonic() - started < seconds + 30:
-        due = min(n, int((time.monotonic() - started) * rate) + 1)
-        while i < due:
-            p.produce(topic, key=f"k{i % 600}".encode(), value=value, on_delivery=acked)
-            i += 1
-        p.poll(0)
-        time.sleep(0.001)
-    p.flush(30)
-    produced_s = time.monotonic() - started
+    made = produce_steady(p, topic, rate, seconds)
+    i, produced_s = made.n, made.seconds
     produced_at = time.monotonic()
     deadline = produced_at + 60
     while s.stats()["count"] < i and time.monotonic() < deadline and consumer.alive():
@@ -111,16 +89,15 @@ def steady(
     # is in the log (the producer's linger and the broker's answer), whoever consumes it; and
     # from that acknowledgement to the endpoint: the consumer's part (the record was fetchable
     # by then at the latest).
-    produce_p99_ms = percentile(sorted(acked_ms), 0.99)
     receipts = s.receipts()
-    after = sorted(receipts[k] - at for k, at in acked_at.items() if k in receipts)
+    after = sorted(receipts[k] - at for k, at in made.acked_at.items() if k in receipts)
     return {
         "rate": rate,
         "achieved": i / produced_s,
         "n": i,
         "drain_s": drain_s,
         "cores": cores,
-        "produce_p99_ms": produce_p99_ms,
+        "produce_p99_ms": made.produce_p99_ms(),
         "after_ack_p50_ms": percentile(after, 0.5),
         "after_ack_p99_ms": percentile(after, 0.99),
         **cpu,
