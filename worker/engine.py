@@ -213,8 +213,7 @@ class Engine:
         for runner in runners:
             ref = runner.ref
             self.metrics.handoffs.labels(direction="released").inc()
-            with contextlib.suppress(KeyError):
-                self.metrics.lag.remove(ref.subscription, ref.topic, str(ref.partition))
+            self._forget_metrics(ref)
             _log.info(
                 "partition.released",
                 key=ref.key(),
@@ -241,8 +240,17 @@ class Engine:
         self._fetch_of.clear()
         self._routes.clear()
         await asyncio.gather(*(r.fence() for r in runners))
+        for r in runners:
+            self._forget_metrics(r.ref)
         self._owned_changed()
         _log.warning("engine.fenced", worker=self.worker_id, partitions=len(runners))
+
+    def _forget_metrics(self, ref: PartitionRef) -> None:
+        """A partition this worker no longer owns has no lag or stall here (its owner reports them)."""
+        labels = (ref.subscription, ref.topic, str(ref.partition))
+        for gauge in (self.metrics.lag, self.metrics.stalled):
+            with contextlib.suppress(KeyError):
+                gauge.remove(*labels)
 
     def owned(self) -> dict[PartitionRef, int]:
         return {ref: r.epoch for ref, r in self._runners.items()}
@@ -316,11 +324,14 @@ class Engine:
             await asyncio.gather(*(self._write(r) for r in dirty))
             await self._store.commit_groups()
             in_flight: dict[str, int] = {}
+            now = time.monotonic()
             for r in self._runners.values():
+                labels = (r.ref.subscription, r.ref.topic, str(r.ref.partition))
+                self.metrics.stalled.labels(*labels).set(r.observe_stall(now))
                 s = r.stats()
                 in_flight[r.ref.subscription] = in_flight.get(r.ref.subscription, 0) + s["in_flight"]
                 if s["lag"] is not None:
-                    self.metrics.lag.labels(r.ref.subscription, r.ref.topic, str(r.ref.partition)).set(s["lag"])
+                    self.metrics.lag.labels(*labels).set(s["lag"])
             for name, n in in_flight.items():
                 self.metrics.in_flight.labels(name).set(n)
 

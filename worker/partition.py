@@ -31,11 +31,15 @@ from worker.offset_merge import OffsetMerge
 from worker.producer import ProduceFailed
 from worker.push import PushClient, Record
 from worker.retry import RetryPolicy, parse_retry_after
+from worker.stall import Stall
 from worker.window import Window
 
 _log = log.get_logger(__name__)
 _offset = attrgetter("offset")
 _size = attrgetter("size")
+
+STALL_LOG_S = 60.0
+"""A watermark held this long is logged (once, and once more when it moves again)."""
 
 
 class Lease:
@@ -120,6 +124,10 @@ class PartitionRunner:
         self.dirty = False
         self.closing = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._stall = Stall()
+        self.stalled_s = 0.0
+        self._stall_logged = False  # the current stall was reported as begun
+        self._stall_peak = 0.0  # the longest figure of the current stall
         # Metric children resolved once: a labels() lookup per record costs more than the push bookkeeping.
         m = ctx.metrics
         self._m_delivered = m.delivered.labels(sub.name)
@@ -342,6 +350,34 @@ class PartitionRunner:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def observe_stall(self, now: float) -> float:
+        """Sample the watermark stall (worker.stall): records held unacknowledged at or above the
+        watermark while it does not move. Logged once past :data:`STALL_LOG_S` and once when it
+        ends, so a head-of-line block is one line in the log, not one per sample."""
+        working = self.sub.state == "active" and (self.window.in_flight > 0 or self.window.pending > 0)
+        committed = self.merge.committed if self.merge is not None else None
+        held_before = self._stall_peak
+        self.stalled_s = self._stall.observe(committed, working and not self.closing, now)
+        self._stall_peak = self.stalled_s and max(self._stall_peak, self.stalled_s)
+        if self.stalled_s >= STALL_LOG_S and not self._stall_logged:
+            self._stall_logged = True
+            _log.warning(
+                "partition.watermark_stalled",
+                key=self.ref.key(),
+                committed=committed,
+                stalled_s=round(self.stalled_s, 1),
+                in_flight=self.window.in_flight,
+                buffered=self.window.pending,
+                hint="the record at offset `committed` is not settled: the endpoint keeps failing it (see"
+                " ferry_records_retried_total) or its dead letter is not confirmed; the partition's"
+                " progress waits for it",
+            )
+        elif self._stall_logged and not self.stalled_s:
+            self._stall_logged = False
+            held_s = round(held_before, 1)
+            _log.info("partition.watermark_moving", key=self.ref.key(), committed=committed, held_s=held_s)
+        return self.stalled_s
+
     def stats(self) -> dict[str, Any]:
         committed = self.merge.committed if self.merge is not None else None
         hw = self.high_watermark
@@ -356,6 +392,7 @@ class PartitionRunner:
             "in_flight": self.window.in_flight,
             "buffered": self.window.pending,
             "acked_ranges": self.merge.gaps if self.merge is not None else 0,
+            "stalled_s": round(self.stalled_s, 1),
             "delivered": self.delivered,
             "retried": self.retried,
             "dead_lettered": self.dead_lettered,
