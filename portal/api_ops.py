@@ -72,6 +72,8 @@ async def status(request: web.Request) -> web.Response:
                     "committed": committed,
                     "high_watermark": hw,
                     "lag": lag,
+                    # From the owner's live figures; None when no worker reports the partition.
+                    "stalled_s": (st or {}).get("stalled_s"),
                     "in_flight": (st or {}).get("in_flight", 0),
                     "delivered": (st or {}).get("delivered", 0),
                     "retried": (st or {}).get("retried", 0),

@@ -286,6 +286,7 @@ DOCUMENT: dict[str, Any] = {
                         ("committed", "integer"),
                         ("high_watermark", "integer"),
                         ("lag", "integer"),
+                        ("stalled_s", "number"),
                         ("in_flight", "integer"),
                         ("delivered", "integer"),
                         ("retried", "integer"),

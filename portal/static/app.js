@@ -203,7 +203,7 @@ async function show(name) {
     state.replaceChildren(badge(st.state));
     body.replaceChildren(...st.partitions.map((p) => el("tr", {},
       el("td", { text: p.topic }), el("td", { class: "num", text: p.partition }), el("td", { text: p.worker || "—" }),
-      ...["committed", "high_watermark", "lag", "in_flight", "delivered", "retried", "dead_lettered"].map((k) => el("td", { class: "num", text: fmt(p[k]) })))));
+      ...["committed", "high_watermark", "lag", "stalled_s", "in_flight", "delivered", "retried", "dead_lettered"].map((k) => el("td", { class: "num", text: fmt(p[k]) })))));
     history.push({ t: Date.now(), lag: st.partitions.reduce((a, p) => a + (p.lag || 0), 0) });
     if (history.length > 90) history.shift();
     drawLag(canvas, history);
@@ -238,7 +238,8 @@ async function show(name) {
     el("h2", { text: "Lag" }), canvas,
     el("h2", { text: "Partitions" }),
     el("table", { id: "partitions" }, el("thead", {}, el("tr", {}, el("th", { text: "Topic" }), el("th", { class: "num", text: "Partition" }), el("th", { text: "Worker" }),
-      ["Committed", "High watermark", "Lag", "In flight", "Delivered", "Retried", "Dead-lettered"].map((h) => el("th", { class: "num", text: h })))), body),
+      ["Committed", "High watermark", "Lag", "Held (s)", "In flight", "Delivered", "Retried", "Dead-lettered"].map((h) =>
+        el("th", { class: "num", text: h, title: h === "Held (s)" ? "Seconds the committed watermark has not moved while records wait at or above it: one record the endpoint keeps failing holds the partition (0 while it moves)" : "" })))), body),
     el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }),
       act("Redrive dead letters", "", async () => {
         if (!confirm("Send the dead letters through this subscription's retry topic again?")) return;

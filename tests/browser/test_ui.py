@@ -69,6 +69,8 @@ def test_create_watch_and_pause_in_the_browser(tmp_path: Path, endpoint: Endpoin
         assert all(r.headers.get("authorization") == "Bearer ui-secret" for r in endpoint.snapshot())
         committed = page.locator("#partitions tbody tr td:nth-child(4)")
         expect(committed).to_have_text(["20", "20"], timeout=30_000)
+        held = page.locator("#partitions tbody tr td:nth-child(7)")  # the watermark stall, from the worker
+        expect(held).to_have_text(["0", "0"], timeout=10_000)
         page.screenshot(path=str(shots / "subscription.png"), full_page=True)
 
         page.click("button:has-text('Pause')")

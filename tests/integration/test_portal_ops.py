@@ -54,6 +54,7 @@ def test_dead_letters_redrive_and_reset(tmp_path: Path, endpoint: EndpointRecord
 
         st = until(settled, timeout_s=60, what="everything acknowledged (the poison record dead-lettered)")
         assert st[0]["lag"] == 0 and st[0]["high_watermark"] == 11
+        assert st[0]["stalled_s"] == 0.0  # the worker's live figure: nothing held once all is settled
         assert st[0]["worker"] == "worker-1"
 
         dl = until(
