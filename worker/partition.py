@@ -125,9 +125,6 @@ class PartitionRunner:
         self.closing = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._stall = Stall()
-        self.stalled_s = 0.0
-        self._stall_logged = False  # the current stall was reported as begun
-        self._stall_peak = 0.0  # the longest figure of the current stall
         # Metric children resolved once: a labels() lookup per record costs more than the push bookkeeping.
         m = ctx.metrics
         self._m_delivered = m.delivered.labels(sub.name)
@@ -354,29 +351,27 @@ class PartitionRunner:
         """Sample the watermark stall (worker.stall): records held unacknowledged at or above the
         watermark while it does not move. Logged once past :data:`STALL_LOG_S` and once when it
         ends, so a head-of-line block is one line in the log, not one per sample."""
-        working = self.sub.state == "active" and (self.window.in_flight > 0 or self.window.pending > 0)
+        working = self.sub.state == "active" and not self.closing
+        working = working and (self.window.in_flight > 0 or self.window.pending > 0)
         committed = self.merge.committed if self.merge is not None else None
-        held_before = self._stall_peak
-        self.stalled_s = self._stall.observe(committed, working and not self.closing, now)
-        self._stall_peak = self.stalled_s and max(self._stall_peak, self.stalled_s)
-        if self.stalled_s >= STALL_LOG_S and not self._stall_logged:
-            self._stall_logged = True
+        self._stall.observe(committed, working, now)
+        event = self._stall.report(STALL_LOG_S)
+        if event == "began":
             _log.warning(
                 "partition.watermark_stalled",
                 key=self.ref.key(),
                 committed=committed,
-                stalled_s=round(self.stalled_s, 1),
+                stalled_s=round(self._stall.held_s, 1),
                 in_flight=self.window.in_flight,
                 buffered=self.window.pending,
                 hint="the record at offset `committed` is not settled: the endpoint keeps failing it (see"
                 " ferry_records_retried_total) or its dead letter is not confirmed; the partition's"
                 " progress waits for it",
             )
-        elif self._stall_logged and not self.stalled_s:
-            self._stall_logged = False
-            held_s = round(held_before, 1)
+        elif event == "ended":
+            held_s = round(self._stall.longest_s, 1)
             _log.info("partition.watermark_moving", key=self.ref.key(), committed=committed, held_s=held_s)
-        return self.stalled_s
+        return self._stall.held_s
 
     def stats(self) -> dict[str, Any]:
         committed = self.merge.committed if self.merge is not None else None
@@ -392,7 +387,7 @@ class PartitionRunner:
             "in_flight": self.window.in_flight,
             "buffered": self.window.pending,
             "acked_ranges": self.merge.gaps if self.merge is not None else 0,
-            "stalled_s": round(self.stalled_s, 1),
+            "stalled_s": round(self._stall.held_s, 1),
             "delivered": self.delivered,
             "retried": self.retried,
             "dead_lettered": self.dead_lettered,
