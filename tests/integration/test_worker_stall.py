@@ -78,7 +78,7 @@ def test_a_busy_partition_whose_watermark_moves_shows_no_stall(
     topic = f"busy-{secrets.token_hex(3)}"
     create_topic(kafka_bootstrap, topic, 1)
     endpoint.script = lambda r: Reply(200, delay_s=0.05)
-    n = 400
+    n = 800
     produce(kafka_bootstrap, topic, ((f"k{i % 50}".encode(), b"ok", 0) for i in range(n)))
     sub = {"name": "busy", "topics": [topic], "endpoint": {"url": endpoint.url}, "max_in_flight": 8}
     w = static_worker(tmp_path, "wb", kafka_bootstrap, f"__offsets-{secrets.token_hex(3)}", [sub]).start()
@@ -95,8 +95,9 @@ def test_a_busy_partition_whose_watermark_moves_shows_no_stall(
             return bool(st[0]["committed"] == n)
 
         until(done, timeout_s=60, what="every record acknowledged")
-        # 400 records at 8 in flight and 50 ms each take ~2.5 s; the watermark moves all along.
-        assert worst <= 0.5, f"a moving watermark was reported held for {worst} s"
+        # 800 records at 8 in flight and 50 ms each take ~5 s; the watermark moves all along, so
+        # the figure stays at a few offset flushes (200 ms each) at most, even on a loaded machine.
+        assert worst <= 2.0, f"a moving watermark was reported held for {worst} s"
         # Idle at the end of the log: nothing is held, however long it stays so (a few flushes).
         idle_until = time.monotonic() + 1.5
         while time.monotonic() < idle_until:
