@@ -82,7 +82,7 @@ def steady(
     st = s.stats()
     spent = {who: cpu_seconds(pid) - cpu0[who] for who, pid in pids.items()}
     per_k = 1000 / max(1, st["count"])
-    cpu = {f"{who}_ms": seconds * 1000 * per_k for who, seconds in spent.items()}
+    cpu = {f"{who}_ms": cpu_s * 1000 * per_k for who, cpu_s in spent.items()}
     # Cores the four processes kept busy together while the producer ran and the consumer drained.
     cores = sum(spent.values()) / (produced_s + drain_s)
     # produce() to the broker's acknowledgement: the part of the latency spent before the record
