@@ -14,6 +14,7 @@ COPY coordinator coordinator
 COPY portal portal
 COPY migrations migrations
 COPY replay replay
+COPY gateway gateway
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim AS runtime

@@ -10,7 +10,7 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         # worker/native.py lists them for the start log line.
-        Extension("worker._records", ["worker/_records.c"], optional=True),
-        Extension("worker._encode", ["worker/_encode.c"], depends=["worker/_json_check.h"], optional=True),
+        Extension("ferry.worker._records", ["worker/_records.c"], optional=True),
+        Extension("ferry.worker._encode", ["worker/_encode.c"], depends=["worker/_json_check.h"], optional=True),
     ]
 )

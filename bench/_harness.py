@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench._endpoint import percentile
-from ferry import embedded
+from ferry.devstack import embedded
 
 BENCH = Path(__file__).resolve().parent
 TICK = os.sysconf("SC_CLK_TCK")

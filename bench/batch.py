@@ -33,10 +33,10 @@ import aiohttp
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-import worker.batch as batch_module
+import ferry.worker.batch as batch_module
 from bench._harness import Stack, cpu_seconds, http, rss_mb, steady_rate
 from bench.delivery import PROFILE_DIR
-from ferry import embedded
+from ferry.devstack import embedded
 
 VALUE = json.dumps({"order": 12345, "customer": "c-000042", "amount": 99.5, "note": "x" * 32}).encode()
 assert len(VALUE) == 100

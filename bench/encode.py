@@ -20,9 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.batch import JSON_HEADERS, VALUE
-from worker import batch
-from worker.batch import EventEncoder, encode_batch
-from worker.push import Record
+from ferry.worker import batch
+from ferry.worker.batch import EventEncoder, encode_batch
+from ferry.worker.push import Record
 
 
 def batches(n: int, headers: Sequence[tuple[str, bytes | None]]) -> list[list[Record]]:
@@ -63,7 +63,7 @@ def main() -> None:
     a = ap.parse_args()
     native = batch._native
     if native is None:
-        sys.exit("worker._encode is not built (python3 setup.py build_ext --inplace) or FERRY_NATIVE=0")
+        sys.exit("ferry.worker._encode is not built (python3 setup.py build_ext --inplace) or FERRY_NATIVE=0")
     print(f"{'values':<16} {'Python µs/record':>17} {'C µs/record':>12} {'speed-up':>9}")
     for label, headers in (("data (JSON)", JSON_HEADERS), ("data_base64", [])):
         work = batches(a.batches, headers)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from ferry import embedded
+from ferry.devstack import embedded
 from tests.support.cluster import Cluster
 from tests.support.endpoint import EndpointRecorder, Received
 from tests.support.kafka import create_topic

@@ -131,7 +131,7 @@ async def run_pyreqwest(url: str, n: int, in_flight: int, seconds: float) -> int
 
 async def run_ferry(url: str, n: int, in_flight: int, seconds: float) -> int:
     from ferry.netguard import EndpointPolicy
-    from worker.http1 import Http1Pool
+    from ferry.worker.http1 import Http1Pool
 
     pool = Http1Pool(EndpointPolicy(), max_per_origin=in_flight)
 
@@ -202,7 +202,7 @@ def candidate(name: str, url: str, n: int, in_flight: int, seconds: float) -> di
         uvloop.install()
     # Import before the clock starts: start-up is not what is compared.
     modules = {"aiohttp": "aiohttp", "aiohttp-tuned": "aiohttp", "httpx": "httpx", "pycurl": "pycurl"}
-    modules |= {"pyreqwest": "pyreqwest.client", "ferry-http1": "worker.http1"}
+    modules |= {"pyreqwest": "pyreqwest.client", "ferry-http1": "ferry.worker.http1"}
     importlib.import_module(modules[name])
     t0, c0 = time.monotonic(), os.times()
     if name == "pycurl":
@@ -252,7 +252,7 @@ def main() -> None:
         return
 
     from bench._harness import http
-    from ferry import embedded
+    from ferry.devstack import embedded
 
     tmp = Path(tempfile.mkdtemp(prefix="ferry-bench-clients-"))
     port = embedded.free_port()

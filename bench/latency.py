@@ -46,7 +46,7 @@ from confluent_kafka import Producer
 from bench._endpoint import percentile
 from bench._harness import BENCH, Stack, cpu_seconds, create_topic, produce_steady, steady_rate, sub
 from bench.delivery import produce
-from ferry.embedded import ServiceProcess
+from ferry.devstack.embedded import ServiceProcess
 
 NAIVE_IN_FLIGHT = 128
 WARM = 200

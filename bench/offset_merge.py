@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ferry.offsets import OffsetState, encode_value
-from worker.offset_merge import OffsetMerge
+from ferry.worker.offset_merge import OffsetMerge
 
 
 def shuffled_windows(n: int, window: int, rng: random.Random) -> list[int]:

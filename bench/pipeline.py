@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.batch import JSON_HEADERS, VALUE
-from worker.batch import EventEncoder, encode_batch, event_size
-from worker.offset_merge import OffsetMerge
-from worker.push import Record
-from worker.window import Window
+from ferry.worker.batch import EventEncoder, encode_batch, event_size
+from ferry.worker.offset_merge import OffsetMerge
+from ferry.worker.push import Record
+from ferry.worker.window import Window
 
 STEPS = ("add", "take", "encode", "ack")
 _raw_size = attrgetter("size")

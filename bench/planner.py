@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from coordinator.planner import moves, plan
+from ferry.coordinator.planner import moves, plan
 
 
 def timed(label: str, fn, rows: list) -> dict:  # type: ignore[no-untyped-def,type-arg]

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from ferry import embedded, kafka
+from ferry.devstack import embedded, kafka
 from ferry.offsets import OffsetState, decode_key, decode_value, encode_value, fold
 
 
@@ -84,9 +84,9 @@ def main() -> None:
 
         os.environ["FERRY_SPARK_MASTER"] = "local[2]"
         from ferry import config
-        from replay import analysis
-        from replay.job import session
-        from replay.source import KafkaSource
+        from ferry.replay import analysis
+        from ferry.replay.job import session
+        from ferry.replay.source import KafkaSource
 
         spark = session("ferry-bench-replay")
         spark.dataSource.register(KafkaSource)

@@ -18,11 +18,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Producer
 
-from ferry import embedded, kafka
+from ferry.devstack import embedded, kafka
 from ferry.offsets import OffsetState, encode_key, encode_value
 from ferry.subscription import PartitionRef
-from worker.offset_store import OffsetStore
-from worker.producer import AsyncProducer
+from ferry.worker.offset_store import OffsetStore
+from ferry.worker.producer import AsyncProducer
 
 
 def write(p: Producer, topic: str, refs: list[PartitionRef], n: int, start: int) -> None:

@@ -29,12 +29,12 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
-from coordinator import starts
-from coordinator.catalog import Catalog
-from coordinator.metrics import CoordinatorMetrics
-from coordinator.planner import moves, plan
 from ferry import kafka, log, zkpaths
 from ferry.config import Settings
+from ferry.coordinator import starts
+from ferry.coordinator.catalog import Catalog
+from ferry.coordinator.metrics import CoordinatorMetrics
+from ferry.coordinator.planner import moves, plan
 from ferry.subscription import PartitionRef, Subscription
 
 _log = log.get_logger(__name__)

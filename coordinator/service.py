@@ -16,11 +16,11 @@ import threading
 
 from kazoo.client import KazooState
 
-from coordinator.catalog import Catalog
-from coordinator.leader import Leader
-from coordinator.metrics import CoordinatorMetrics
 from ferry import health, log, zkpaths
 from ferry.config import Settings
+from ferry.coordinator.catalog import Catalog
+from ferry.coordinator.leader import Leader
+from ferry.coordinator.metrics import CoordinatorMetrics
 from ferry.zk import make_client
 
 _log = log.get_logger(__name__)

@@ -57,28 +57,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(json.dumps(config.describe(settings), indent=2))
             return 0
         if args.command == "dev":
-            from ferry import dev
+            from ferry.devstack import dev
 
             return dev.main(settings, args)
         if args.command == "worker":
-            from worker import service as worker_service
+            from ferry.worker import service as worker_service
 
             return worker_service.main(settings, assignment_file=args.assignment)
         if args.command == "coordinator":
-            from coordinator import service as coordinator_service
+            from ferry.coordinator import service as coordinator_service
 
             return coordinator_service.main(settings)
         if args.command == "portal":
-            from portal import service as portal_service
+            from ferry.portal import service as portal_service
 
             return portal_service.main(settings)
         if args.command == "migrate":
-            from migrations import runner
+            from ferry.migrations import runner
 
             runner.upgrade(settings.database.url)
             return 0
         if args.command == "replay":
-            from replay import job
+            from ferry.replay import job
 
             return job.main(settings, out=args.out, subscription=args.subscription, since=args.since, until=args.until)
     except FerryError as exc:

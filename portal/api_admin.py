@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from ferry import db
-from portal.app import ENGINE, PRINCIPAL, ApiError, actor, read_json
+from ferry.portal.http import ENGINE, PRINCIPAL, ApiError, actor, read_json
 
 
 def _token(row: db.ApiToken) -> dict[str, Any]:

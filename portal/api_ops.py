@@ -17,10 +17,10 @@ from aiohttp import web
 
 from ferry import db, log
 from ferry.offsets import OffsetState
+from ferry.portal.api_subscriptions import announce, load, set_state
+from ferry.portal.cluster import ClusterBusy
+from ferry.portal.http import CLUSTER, ENGINE, ApiError, actor, read_json
 from ferry.subscription import PartitionRef, Subscription
-from portal.api_subscriptions import announce, load, set_state
-from portal.app import CLUSTER, ENGINE, ApiError, actor, read_json
-from portal.cluster import ClusterBusy
 
 _log = log.get_logger(__name__)
 RESET_RELEASE_TIMEOUT_S = 60.0

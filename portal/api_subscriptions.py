@@ -17,8 +17,8 @@ from aiohttp import web
 
 from ferry import db, log
 from ferry.netguard import EndpointPolicy
+from ferry.portal.http import CLUSTER, ENGINE, SETTINGS, ApiError, actor, read_json
 from ferry.subscription import Subscription, parse
-from portal.app import CLUSTER, ENGINE, SETTINGS, ApiError, actor, read_json
 
 _log = log.get_logger(__name__)
 

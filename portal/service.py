@@ -10,7 +10,7 @@ from aiohttp import web
 from ferry import log
 from ferry.config import Settings
 from ferry.errors import ConfigError
-from portal.app import create_app
+from ferry.portal.app import create_app
 
 _log = log.get_logger(__name__)
 

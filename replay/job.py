@@ -69,8 +69,8 @@ def run(
 ) -> dict[str, Any]:
     from pyspark.sql import functions as F
 
-    from replay import analysis, report
-    from replay.source import KafkaSource
+    from ferry.replay import analysis, report
+    from ferry.replay.source import KafkaSource
 
     spark.dataSource.register(KafkaSource)
     reader = (

@@ -14,7 +14,7 @@ import sys
 if __name__ == "__main__":
     os.environ.setdefault("SPARK_SUBMIT", "1")
     from ferry import config
-    from replay import job
+    from ferry.replay import job
 
     ap = argparse.ArgumentParser(prog="spark-submit replay/submit.py")
     ap.add_argument("--out", required=True)

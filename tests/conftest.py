@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ferry import embedded
+from ferry.devstack import embedded
 from tests.support.cluster import Cluster
 from tests.support.endpoint import EndpointRecorder
 

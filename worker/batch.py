@@ -36,9 +36,9 @@ from urllib.parse import quote
 
 import orjson
 
-from worker import native
-from worker.push import CE_TYPE, DEFAULT_CONTENT_TYPE, Record, _header_value, utc_second
-from worker.retry import Decision, RetryPolicy
+from ferry.worker import native
+from ferry.worker.push import CE_TYPE, DEFAULT_CONTENT_TYPE, Record, _header_value, utc_second
+from ferry.worker.retry import Decision, RetryPolicy
 
 # Answer bodies are read up to this size; a longer one cannot be trusted as per-record results.
 MAX_ANSWER_BYTES = 4 * 1024 * 1024

@@ -22,29 +22,52 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from operator import attrgetter
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ferry import log
-from ferry.subscription import BatchSpec
-from worker.batch import MAX_ANSWER_BYTES, EventEncoder, encode_batch, event_id, event_size, interpret, settle
-from worker.push import Record, push_batch
-from worker.retry import parse_retry_after
-
-if TYPE_CHECKING:
-    from worker.partition import PartitionRunner
+from ferry.subscription import BatchSpec, PartitionRef, Subscription
+from ferry.worker.batch import MAX_ANSWER_BYTES, EventEncoder, encode_batch, event_id, event_size, interpret, settle
+from ferry.worker.context import Context
+from ferry.worker.push import Record, push_batch
+from ferry.worker.retry import RetryPolicy, parse_retry_after
+from ferry.worker.window import Window
 
 _log = log.get_logger(__name__)
+
+
+class BatchHost(Protocol):
+    """What a batch dispatcher needs of the partition it serves (a :class:`ferry.worker.partition.PartitionRunner`)."""
+
+    ctx: Context
+    sub: Subscription
+    ref: PartitionRef
+    window: Window
+    policy: RetryPolicy
+    retried: int
+    m_retried: Any
+    m_latency: Any
+
+    def pump(self) -> None: ...
+
+    def start_task(self, work: Coroutine[Any, Any, None]) -> None: ...
+
+    def acknowledged_many(self, records: list[Record], dead: bool) -> None: ...
+
+    async def dead_letter(self, record: Record, reason: str, attempts: int) -> None: ...
+
+
 # Record.size (value + key + 64) bounds event_size(): event_size(r) <= 3 * r.size + 128.
 _raw_size = attrgetter("size")
 
 
 class BatchDispatcher:
-    def __init__(self, runner: PartitionRunner, spec: BatchSpec) -> None:
+    def __init__(self, runner: BatchHost, spec: BatchSpec) -> None:
         self._runner = runner
         self.spec = spec
         self.cap = spec.max_records
-        self._encoder = EventEncoder(runner._ctx.client.cluster, runner.sub.name)
+        self._encoder = EventEncoder(runner.ctx.client.cluster, runner.sub.name)
         self._linger: asyncio.TimerHandle | None = None
         self._linger_due = False
 
@@ -84,7 +107,7 @@ class BatchDispatcher:
 
     async def _see_through(self, records: list[Record], pushes: list[int], charged: list[int]) -> None:
         runner = self._runner
-        ctx = runner._ctx
+        ctx = runner.ctx
         while records:
             if not ctx.lease.allowed():
                 await ctx.lease.wait()
@@ -96,11 +119,11 @@ class BatchDispatcher:
                 again = 0
             if again:
                 runner.retried += again
-                runner._m_retried.inc(again)
+                runner.m_retried.inc(again)
             body = encode_batch(self._encoder, records, pushes)
             started = time.monotonic()
             result = await push_batch(ctx.client, runner.sub, body, MAX_ANSWER_BYTES)
-            runner._m_latency.observe(time.monotonic() - started)
+            runner.m_latency.observe(time.monotonic() - started)
             status = result.status
             if status is not None and 200 <= status < 300 and not result.body.lstrip().startswith(b"{"):
                 runner.acknowledged_many(records, dead=False)  # the common case; interpret() agrees
@@ -143,7 +166,7 @@ class BatchDispatcher:
                 if d.action == "ack":
                     done.append(records[i])
                 elif d.action == "dead_letter":
-                    await runner._dead_letter(records[i], d.reason, charged_now[i])
+                    await runner.dead_letter(records[i], d.reason, charged_now[i])
                     dead.append(records[i])
                 else:
                     again_records.append(records[i])

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable, Hashable, Mapping
 from typing import Generic, TypeVar
 
-from worker.blocking import in_daemon_thread
+from ferry.worker.blocking import in_daemon_thread
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ferry import kafka, log
-from worker.producer import AsyncProducer
-from worker.push import Record
+from ferry.worker.producer import AsyncProducer
+from ferry.worker.push import Record
 
 _log = log.get_logger(__name__)
 ERROR_HEADER_MAX = 1000

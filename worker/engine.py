@@ -24,15 +24,16 @@ from ferry.config import Settings
 from ferry.netguard import EndpointPolicy
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
-from worker.blocking import close_within
-from worker.deadletter import DeadLetterSink
-from worker.fetch import TP, Batch, Fetcher
-from worker.metrics import WorkerMetrics
-from worker.offset_store import OffsetStore
-from worker.partition import Context, Lease, PartitionRunner
-from worker.producer import PURGED_REPORTS_S, AsyncProducer
-from worker.push import PushClient
-from worker.start_offsets import StartOffsets
+from ferry.worker.blocking import close_within
+from ferry.worker.context import Context, Lease
+from ferry.worker.deadletter import DeadLetterSink
+from ferry.worker.fetch import TP, Batch, Fetcher
+from ferry.worker.metrics import WorkerMetrics
+from ferry.worker.offset_store import OffsetStore
+from ferry.worker.partition import PartitionRunner
+from ferry.worker.producer import PURGED_REPORTS_S, AsyncProducer
+from ferry.worker.push import PushClient
+from ferry.worker.start_offsets import StartOffsets
 
 _log = log.get_logger(__name__)
 MIN_PREFETCH_BYTES = 64 * 1024

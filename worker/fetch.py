@@ -25,8 +25,8 @@ from typing import Any, cast
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ferry import kafka, log
-from worker import native
-from worker.push import NO_HEADERS, Record
+from ferry.worker import native
+from ferry.worker.push import NO_HEADERS, Record
 
 _log = log.get_logger(__name__)
 TP = tuple[str, int]

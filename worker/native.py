@@ -29,7 +29,7 @@ def load(name: str) -> ModuleType | None:
     if not enabled():
         return None
     try:
-        return importlib.import_module(f"worker.{name}")
+        return importlib.import_module(f"ferry.worker.{name}")
     except ImportError:
         return None
 

@@ -28,9 +28,9 @@ from ferry import kafka, log
 from ferry.errors import OffsetRecordError
 from ferry.offsets import OffsetState, StaleOffsetRecord, StateTable, encode_key, encode_value
 from ferry.subscription import PartitionRef
-from worker.blocking import in_daemon_thread
-from worker.coalesce import Coalesced
-from worker.producer import AsyncProducer
+from ferry.worker.blocking import in_daemon_thread
+from ferry.worker.coalesce import Coalesced
+from ferry.worker.producer import AsyncProducer
 
 _log = log.get_logger(__name__)
 OFFSETS_TOPIC_PARTITIONS = 12

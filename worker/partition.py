@@ -17,22 +17,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
 from ferry import log
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
-from worker.batch_delivery import BatchDispatcher
-from worker.deadletter import DeadLetterSink
-from worker.metrics import WorkerMetrics
-from worker.offset_merge import OffsetMerge
-from worker.producer import ProduceFailed
-from worker.push import PushClient, Record
-from worker.retry import RetryPolicy, parse_retry_after
-from worker.stall import Stall
-from worker.window import Window
+from ferry.worker.batch_delivery import BatchDispatcher
+from ferry.worker.context import Context
+from ferry.worker.offset_merge import OffsetMerge
+from ferry.worker.producer import ProduceFailed
+from ferry.worker.push import Record
+from ferry.worker.retry import RetryPolicy, parse_retry_after
+from ferry.worker.stall import Stall
+from ferry.worker.window import Window
 
 _log = log.get_logger(__name__)
 _offset = attrgetter("offset")
@@ -40,52 +38,6 @@ _size = attrgetter("size")
 
 STALL_LOG_S = 60.0
 """A watermark held this long is logged (once, and once more when it moves again)."""
-
-
-class Lease:
-    """Whether this worker may start a push now (it can still prove ownership)."""
-
-    def __init__(self) -> None:
-        self.deadline: float | None = None
-        self._open = asyncio.Event()
-        self._open.set()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def set(self, deadline_monotonic: float | None) -> None:
-        self.deadline = deadline_monotonic
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if deadline_monotonic is None:
-            self._open.set()
-            return
-        remaining = deadline_monotonic - time.monotonic()
-        if remaining <= 0:
-            self._open.clear()
-        else:
-            self._open.set()
-            self._timer = asyncio.get_running_loop().call_later(remaining, self._open.clear)
-
-    def allowed(self) -> bool:
-        return self._open.is_set() and (self.deadline is None or time.monotonic() < self.deadline)
-
-    async def wait(self) -> None:
-        while not self.allowed():
-            self._open.clear()
-            await self._open.wait()
-
-
-@dataclass
-class Context:
-    """What every partition of a worker shares."""
-
-    worker_id: str
-    client: PushClient
-    dead_letters: DeadLetterSink
-    metrics: WorkerMetrics
-    lease: Lease
-    prefetch_records: int
-    prefetch_bytes: int
 
 
 class PartitionRunner:
@@ -102,7 +54,7 @@ class PartitionRunner:
         self.ref = ref
         self.sub = sub
         self.epoch = epoch
-        self._ctx = ctx
+        self.ctx = ctx
         self._pause_fetch = pause
         self._resume_fetch = resume
         self._fetch_paused = False
@@ -128,9 +80,9 @@ class PartitionRunner:
         # Metric children resolved once: a labels() lookup per record costs more than the push bookkeeping.
         m = ctx.metrics
         self._m_delivered = m.delivered.labels(sub.name)
-        self._m_retried = m.retried.labels(sub.name)
+        self.m_retried = m.retried.labels(sub.name)
         self._m_dead = m.dead_lettered.labels(sub.name)
-        self._m_latency = m.push_latency.labels(sub.name)
+        self.m_latency = m.push_latency.labels(sub.name)
         self._batches: BatchDispatcher | None = BatchDispatcher(self, sub.batch) if sub.batch else None
 
     # --- input ---------------------------------------------------------------------------
@@ -211,11 +163,11 @@ class PartitionRunner:
             else:
                 for record in self.window.take():
                     self.start_task(self._deliver(record))
-        full = self.window.pending >= self._ctx.prefetch_records or self.buffered_bytes >= self._ctx.prefetch_bytes
+        full = self.window.pending >= self.ctx.prefetch_records or self.buffered_bytes >= self.ctx.prefetch_bytes
         if full and not self._fetch_paused:
             self._fetch_paused = True
             self._pause_fetch()
-        elif self._fetch_paused and not full and self.window.pending <= self._ctx.prefetch_records // 2:
+        elif self._fetch_paused and not full and self.window.pending <= self.ctx.prefetch_records // 2:
             self._fetch_paused = False
             self._resume_fetch()
 
@@ -225,7 +177,7 @@ class PartitionRunner:
         task.add_done_callback(self._tasks.discard)
 
     async def _deliver(self, record: Record) -> None:
-        lease = self._ctx.lease
+        lease = self.ctx.lease
         attempt = 0
         dead = False
         while True:
@@ -234,10 +186,10 @@ class PartitionRunner:
             attempt += 1
             if attempt > 1:
                 self.retried += 1
-                self._m_retried.inc()
+                self.m_retried.inc()
             started = time.monotonic()
-            result = await self._ctx.client.push(self.sub, record, attempt)
-            self._m_latency.observe(time.monotonic() - started)
+            result = await self.ctx.client.push(self.sub, record, attempt)
+            self.m_latency.observe(time.monotonic() - started)
             status = result.status
             if status is not None and 200 <= status < 300:
                 break
@@ -249,7 +201,7 @@ class PartitionRunner:
             if decision.action == "ack":
                 break
             if decision.action == "dead_letter":
-                await self._dead_letter(record, decision.reason, attempt)
+                await self.dead_letter(record, decision.reason, attempt)
                 dead = True
                 break
             _log.info(
@@ -265,11 +217,11 @@ class PartitionRunner:
             await asyncio.sleep(decision.delay_s)
         self._acknowledged(record, dead)
 
-    async def _dead_letter(self, record: Record, reason: str, attempts: int) -> None:
+    async def dead_letter(self, record: Record, reason: str, attempts: int) -> None:
         delay_s = 0.5
         while True:
             try:
-                await self._ctx.dead_letters.send(self.sub.dead_letter_topic, record, reason, attempts)
+                await self.ctx.dead_letters.send(self.sub.dead_letter_topic, record, reason, attempts)
                 return
             except ProduceFailed as exc:
                 # Not acknowledged until the dead letter is safe: keep trying, holding only this key.
@@ -317,7 +269,7 @@ class PartitionRunner:
             committed=self.merge.committed,
             acked=self.merge.acked,
             epoch=self.epoch,
-            worker=self._ctx.worker_id,
+            worker=self.ctx.worker_id,
             ts=int(time.time() * 1000),
         )
 

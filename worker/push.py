@@ -19,7 +19,7 @@ from ferry import log
 from ferry.errors import EndpointRefused
 from ferry.netguard import EndpointPolicy
 from ferry.subscription import HEADER_NAME_RE, RESERVED_HEADERS, Subscription
-from worker.http1 import Http1Pool, PushError, encode_header_lines
+from ferry.worker.http1 import Http1Pool, PushError, encode_header_lines
 
 _log = log.get_logger(__name__)
 _new_tuple = tuple.__new__

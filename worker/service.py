@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ferry import health, log
 from ferry.config import Settings
-from worker import native
-from worker.engine import Engine
+from ferry.worker import native
+from ferry.worker.engine import Engine
 
 _log = log.get_logger(__name__)
 IO_THREADS = 32
@@ -80,12 +80,12 @@ async def serve(settings: Settings, assignment_file: str | None = None) -> int:
     try:
         await engine.start()
         if assignment_file:
-            from worker import static_source
+            from ferry.worker import static_source
 
             source = asyncio.create_task(static_source.run(engine, assignment_file, stop))
             source_ready.set()
         else:
-            from worker import zk_source
+            from ferry.worker import zk_source
 
             source = asyncio.create_task(
                 zk_source.run(engine, settings, worker_id, stop, metrics_url=f"http://{settings.metrics_host}:{port}")

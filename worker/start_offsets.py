@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from ferry import kafka
-from worker.coalesce import Coalesced
+from ferry.worker.coalesce import Coalesced
 
 TP = tuple[str, int]
 Want = tuple[TP, str]  # (topic, partition), "earliest" | "latest"

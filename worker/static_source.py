@@ -21,7 +21,7 @@ from typing import Any
 from ferry import kafka, log
 from ferry.errors import ConfigError, ValidationError
 from ferry.subscription import PartitionRef, Subscription, parse
-from worker.engine import Engine
+from ferry.worker.engine import Engine
 
 _log = log.get_logger(__name__)
 

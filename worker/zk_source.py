@@ -45,8 +45,8 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from ferry import log, zkpaths
 from ferry.config import Settings
 from ferry.subscription import PartitionRef, Subscription, from_trusted
+from ferry.worker.engine import Engine
 from ferry.zk import make_client
-from worker.engine import Engine
 
 _log = log.get_logger(__name__)
 STATS_INTERVAL_S = 1.0

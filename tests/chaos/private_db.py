@@ -12,7 +12,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from ferry import embedded
+from ferry.devstack import embedded
 
 
 class PrivateMariaDB(embedded.ServiceProcess):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ferry import embedded
+from ferry.devstack import embedded
 from tests.chaos.harness import SESSION_S, ChaosStack
 from tests.chaos.private_db import PrivateMariaDB
 from tests.support.endpoint import EndpointRecorder

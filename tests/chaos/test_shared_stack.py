@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from ferry import embedded
+from ferry.devstack import embedded
 from tests.chaos.conftest import fresh_database
 from tests.chaos.harness import SESSION_S, ChaosStack, Scenario
 from tests.support.endpoint import EndpointRecorder, Received, Reply

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ferry import embedded
+from ferry.devstack import embedded
 from ferry.kafka_log import REPEAT_INTERVAL_S, repeat_key
 from tests.support.wait import until
 from tests.support.worker import WorkerProcess, delivering_worker

@@ -81,7 +81,7 @@ def test_read_to_end_by_topic(kafka_bootstrap: str, topic: str) -> None:
 
 def test_portal_ends_and_starts(kafka_bootstrap: str, topic: str) -> None:
     from ferry import config
-    from portal.cluster import Cluster
+    from ferry.portal.cluster import Cluster
 
     cluster = Cluster(config.load(env={"FERRY_KAFKA_BOOTSTRAP": kafka_bootstrap}))
     assert cluster.end_offset(topic, 0) == 15

@@ -12,8 +12,8 @@ import pytest
 import sqlalchemy as sa
 
 from ferry import db
+from ferry.migrations import runner
 from ferry.subscription import parse
-from migrations import runner
 
 pytestmark = pytest.mark.integration
 

@@ -11,9 +11,9 @@ import pytest
 from ferry import kafka
 from ferry.offsets import OffsetState, encode_key, encode_value
 from ferry.subscription import PartitionRef
+from ferry.worker.offset_store import OffsetStore
+from ferry.worker.producer import AsyncProducer
 from tests.support.kafka import offset_states, produce
-from worker.offset_store import OffsetStore
-from worker.producer import AsyncProducer
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from openapi_spec_validator import validate
 
 from ferry import config
-from migrations import runner
-from portal.app import create_app
+from ferry.migrations import runner
+from ferry.portal.app import create_app
 
 pytestmark = pytest.mark.integration
 ADMIN = "admin-secret-token"

@@ -12,8 +12,8 @@ from confluent_kafka import Producer
 
 from ferry import config, kafka
 from ferry.offsets import OffsetState, encode_key, encode_value
+from ferry.portal.cluster import Cluster
 from ferry.subscription import PartitionRef
-from portal.cluster import Cluster
 from tests.support.kafka import create_topic, produce
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from ferry import embedded
-from migrations import runner
-from portal.openapi import DOCUMENT
+from ferry.devstack import embedded
+from ferry.migrations import runner
+from ferry.portal.openapi import DOCUMENT
 from tests.support.worker import WorkerProcess
 
 pytestmark = pytest.mark.integration

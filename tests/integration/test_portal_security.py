@@ -14,8 +14,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from ferry import config
-from migrations import runner
-from portal.app import LOGINS, create_app
+from ferry.migrations import runner
+from ferry.portal.app import LOGINS, create_app
 
 pytestmark = pytest.mark.integration
 ADMIN = "admin-security-token"

@@ -13,10 +13,10 @@ import pytest
 
 from ferry.errors import EndpointRefused
 from ferry.netguard import EndpointPolicy, IPAddress
+from ferry.worker.http1 import MAX_HEAD_BYTES, Http1Pool, PushError
 from tests.support.endpoint import EndpointRecorder, Reply
 from tests.support.odd_endpoint import OddEndpoint
 from tests.support.wait import until_async
-from worker.http1 import MAX_HEAD_BYTES, Http1Pool, PushError
 
 pytestmark = pytest.mark.integration
 

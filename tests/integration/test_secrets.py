@@ -92,8 +92,8 @@ def test_database_password_and_sql_parameters_never_leak(
     an endpoint header value or a token (SQLAlchemy puts SQL parameters into its error text)."""
     import sqlalchemy as sa
 
-    from ferry import embedded
-    from migrations import runner
+    from ferry.devstack import embedded
+    from ferry.migrations import runner
 
     runner.upgrade(mariadb_url)
     db_password = "dbpw-" + secrets.token_hex(8)

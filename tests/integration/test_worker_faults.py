@@ -126,7 +126,7 @@ def test_endpoint_down_for_10_s_then_everything_arrives(tmp_path: Path, kafka_bo
 
 
 def _free_port() -> int:
-    from ferry.embedded import free_port
+    from ferry.devstack.embedded import free_port
 
     return free_port()
 

@@ -12,18 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from ferry import embedded, kafka, zkpaths
+from ferry import kafka, zkpaths
+from ferry.devstack import embedded
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef
+from ferry.worker.blocking import close_within
+from ferry.worker.engine import final_write_timeout_ms
+from ferry.worker.offset_store import OffsetStore
+from ferry.worker.producer import AsyncProducer, ProduceFailed
 from tests.support.cluster import Cluster
 from tests.support.endpoint import EndpointRecorder
 from tests.support.kafka import create_topic, group_offsets, offset_states, produce
 from tests.support.wait import until
 from tests.support.worker import WorkerProcess, delivering_worker
-from worker.blocking import close_within
-from worker.engine import final_write_timeout_ms
-from worker.offset_store import OffsetStore
-from worker.producer import AsyncProducer, ProduceFailed
 
 pytestmark = pytest.mark.integration
 DRAIN_MS = 3000

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from ferry import kafka
+from ferry.worker.start_offsets import StartOffsets
 from tests.support.endpoint import EndpointRecorder
 from tests.support.kafka import create_topic, offset_states, produce
 from tests.support.wait import until
 from tests.support.worker import static_worker
-from worker.start_offsets import StartOffsets
 
 pytestmark = pytest.mark.integration
 

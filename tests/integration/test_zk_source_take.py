@@ -16,8 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from ferry import config, zkpaths
 from ferry.subscription import PartitionRef, parse
-from worker.metrics import WorkerMetrics
-from worker.zk_source import ZkSource
+from ferry.worker.metrics import WorkerMetrics
+from ferry.worker.zk_source import ZkSource
 
 pytestmark = pytest.mark.integration
 

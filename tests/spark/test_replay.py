@@ -27,7 +27,7 @@ T0 = 1_763_800_000_000
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    from replay.job import session
+    from ferry.replay.job import session
 
     s = session("ferry-replay-tests")
     yield s
@@ -47,7 +47,7 @@ def st(committed: int, acked: list[tuple[int, int]], epoch: int, worker: str, dt
 
 
 def test_figures_match_the_known_truth(spark: Any, tmp_path: Path, kafka_bootstrap: str) -> None:
-    from replay.job import run
+    from ferry.replay.job import run
 
     topic = f"__offsets-replay-{secrets.token_hex(3)}"
     a, b, c = "s1/orders/0", "s1/orders/1", "s2/other/0"
@@ -86,8 +86,8 @@ def test_figures_match_the_known_truth(spark: Any, tmp_path: Path, kafka_bootstr
     assert {k: (v.committed, v.epoch, v.worker) for k, v in restored.items() if v is not None} == {
         PartitionRef(*k): v for k, v in got.items()
     }
-    from worker.offset_store import OffsetStore
-    from worker.producer import AsyncProducer
+    from ferry.worker.offset_store import OffsetStore
+    from ferry.worker.producer import AsyncProducer
 
     producer = AsyncProducer({"bootstrap.servers": kafka_bootstrap})
     store = OffsetStore({"bootstrap.servers": kafka_bootstrap}, topic, producer)

@@ -13,9 +13,10 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from ferry import db, embedded, zkpaths
+from ferry import db, zkpaths
+from ferry.devstack import embedded
+from ferry.migrations import runner
 from ferry.subscription import parse
-from migrations import runner
 from tests.support.worker import WorkerProcess
 
 

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from worker import native
+from ferry.worker import native
 
 
 def required(name: str) -> ModuleType:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ferry import embedded
+from ferry.devstack import embedded
 from tests.support.endpoint import EndpointRecorder
 from tests.support.kafka import create_topic, produce
 

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-import worker.batch as batch_module
+import ferry.worker.batch as batch_module
 from ferry.subscription import RetryPolicySpec
+from ferry.worker.batch import EventEncoder, Verdict, encode_batch, event_id, interpret, is_json, settle
+from ferry.worker.push import Record
+from ferry.worker.retry import RetryPolicy
+from ferry.worker.window import Window
 from tests.support.native import required
-from worker.batch import EventEncoder, Verdict, encode_batch, event_id, interpret, is_json, settle
-from worker.push import Record
-from worker.retry import RetryPolicy
-from worker.window import Window
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from worker.blocking import close_within, in_daemon_thread
-from worker.engine import CLOSE_GRACE_S, final_write_timeout_ms
-from worker.producer import PURGED_REPORTS_S
+from ferry.worker.blocking import close_within, in_daemon_thread
+from ferry.worker.engine import CLOSE_GRACE_S, final_write_timeout_ms
+from ferry.worker.producer import PURGED_REPORTS_S
 
 
 @pytest.mark.parametrize(

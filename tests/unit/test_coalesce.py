@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from worker.coalesce import Coalesced
+from ferry.worker.coalesce import Coalesced
 
 
 async def test_asks_of_one_moment_share_one_call() -> None:

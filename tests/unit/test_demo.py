@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp.test_utils import TestClient, TestServer
 
-from ferry import demo
+from ferry.devstack import demo
 
 
 async def test_echo_acknowledges_counts_and_shows_newest_first() -> None:

@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from ferry import dev
 from ferry.cli import _parser as build_parser
+from ferry.devstack import dev
 from ferry.errors import ConfigError
 
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from ferry.netguard import EndpointPolicy
-from worker.http1 import Answer, Http1Pool, PushError
+from ferry.worker.http1 import Answer, Http1Pool, PushError
 
 BODY = b'{"results": []}'
 

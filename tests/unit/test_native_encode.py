@@ -13,10 +13,10 @@ from types import ModuleType
 
 import pytest
 
-import worker.batch as batch
+import ferry.worker.batch as batch
+from ferry.worker.batch import EventEncoder, is_json
+from ferry.worker.push import Record
 from tests.support.native import required
-from worker.batch import EventEncoder, is_json
-from worker.push import Record
 
 
 @pytest.fixture

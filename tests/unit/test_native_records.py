@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message
 
+from ferry.worker import fetch
+from ferry.worker.push import NO_HEADERS, Record
 from tests.support.native import required
-from worker import fetch
-from worker.push import NO_HEADERS, Record
 
 
 def _native(msgs: list[Message], header_sets: dict[Any, Any]) -> fetch.Built:

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from worker import offset_merge
-from worker.offset_merge import OffsetMerge
+from ferry.worker import offset_merge
+from ferry.worker.offset_merge import OffsetMerge
 
 
 @pytest.mark.parametrize(

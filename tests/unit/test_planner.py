@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from coordinator.planner import moves, plan
+from ferry.coordinator.planner import moves, plan
 
 
 def parts(n: int) -> dict[tuple[str, str, int], float]:

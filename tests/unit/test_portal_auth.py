@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.auth import FailedLogins, bearer
+from ferry.portal.auth import FailedLogins, bearer
 
 
 @pytest.mark.parametrize(

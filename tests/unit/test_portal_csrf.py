@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from portal.csrf import refusal
+from ferry.portal.csrf import refusal
 
 
 @pytest.mark.parametrize(

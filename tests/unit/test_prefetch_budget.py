@@ -6,7 +6,7 @@ import pytest
 
 from ferry import config
 from ferry.errors import ConfigError
-from worker.engine import MIN_PREFETCH_BYTES, prefetch_bytes_per_partition
+from ferry.worker.engine import MIN_PREFETCH_BYTES, prefetch_bytes_per_partition
 
 MIB = 1024 * 1024
 

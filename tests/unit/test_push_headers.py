@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from worker.push import Record, cloudevent_headers, rfc3339_ms
+from ferry.worker.push import Record, cloudevent_headers, rfc3339_ms
 
 
 def test_contract_headers() -> None:
@@ -97,8 +97,8 @@ def test_header_lines_are_the_contract_headers_encoded(
     cloudevent_headers() plus the endpoint's headers, for the first record and for later ones."""
     from ferry.netguard import EndpointPolicy
     from ferry.subscription import parse
-    from worker.http1 import encode_header_lines
-    from worker.push import PushClient
+    from ferry.worker.http1 import encode_header_lines
+    from ferry.worker.push import PushClient
 
     sub = parse(
         {"name": "s", "topics": ["t"], "endpoint": {"url": "http://127.0.0.1:1/x", "headers": endpoint_headers}}

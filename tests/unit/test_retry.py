@@ -7,7 +7,7 @@ import random
 import pytest
 
 from ferry.subscription import RetryPolicySpec
-from worker.retry import RetryPolicy, parse_retry_after
+from ferry.worker.retry import RetryPolicy, parse_retry_after
 
 SPEC = RetryPolicySpec(max_attempts=5, initial_backoff_ms=200, max_backoff_ms=1000)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.stall import Stall
+from ferry.worker.stall import Stall
 
 # Each case: observations (committed, working, now) in order, and the figure after each.
 CASES = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from coordinator import starts
+from ferry.coordinator import starts
 from ferry.subscription import Subscription, parse
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from ferry.worker.window import ORDERINGS, Window
 from tests.support.window_reference import ReferenceWindow
-from worker.window import ORDERINGS, Window
 
 
 @dataclass(frozen=True)

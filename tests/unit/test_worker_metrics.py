@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 
-from worker.metrics import LATENCY_BUCKETS_S, LoopCounter, LoopHistogram
+from ferry.worker.metrics import LATENCY_BUCKETS_S, LoopCounter, LoopHistogram
 
 
 def _lines(registry: CollectorRegistry) -> list[str]:

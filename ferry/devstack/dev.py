@@ -26,8 +26,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ferry import embedded, log, zkpaths
+from ferry import log, zkpaths
 from ferry.config import Settings
+from ferry.devstack import embedded
 from ferry.errors import ConfigError, FerryError
 
 _log = log.get_logger(__name__)
@@ -149,7 +150,7 @@ class DevStack:
         zk.wait_ready(60)
         broker.wait_ready(60)
         db_url = f"sqlite:///{self.dir / 'ferry.db'}"
-        from migrations import runner
+        from ferry.migrations import runner
 
         runner.upgrade(db_url)
         token = self.settings.portal.admin_token or secrets.token_urlsafe(24)
@@ -225,11 +226,12 @@ class DevStack:
             zk.close()
 
     def _demo(self, bootstrap: str, portal_url: str, token: str) -> None:
-        from ferry import demo, kafka
+        from ferry import kafka
+        from ferry.devstack import demo
 
         kafka.ensure_topic({"bootstrap.servers": bootstrap}, demo.DEMO_TOPIC, 4)
         echo_port = embedded.free_port()
-        self._python("demo-echo", ["-m", "ferry.demo", "echo", "--port", str(echo_port)], {})
+        self._python("demo-echo", ["-m", "ferry.devstack.demo", "echo", "--port", str(echo_port)], {})
         echo_url = f"http://127.0.0.1:{echo_port}"
         deadline = time.monotonic() + 30
         while not _http_ok(echo_url + "/"):
@@ -238,7 +240,8 @@ class DevStack:
             if time.monotonic() > deadline:
                 raise FerryError("the demo echo endpoint did not start")
             time.sleep(0.1)
-        self._python("demo-producer", ["-m", "ferry.demo", "produce", "--bootstrap", bootstrap, "--rate", "5"], {})
+        demo_cli = ["-m", "ferry.devstack.demo"]
+        self._python("demo-producer", [*demo_cli, "produce", "--bootstrap", bootstrap, "--rate", "5"], {})
         status = _post_json(
             f"{portal_url}/api/v1/subscriptions",
             token,

@@ -1,7 +1,7 @@
 """The ``ferry dev --demo`` extras: a built-in echo endpoint and a producer trickle.
 
-``python -m ferry.demo echo --port P`` acknowledges every push and shows the last records at
-``GET /`` (JSON); ``python -m ferry.demo produce --bootstrap B --topic T --rate R`` produces
+``python -m ferry.devstack.demo echo --port P`` acknowledges every push and shows the last records at
+``GET /`` (JSON); ``python -m ferry.devstack.demo produce --bootstrap B --topic T --rate R`` produces
 realistic keyed JSON orders at R records/s until stopped.
 """
 
@@ -87,7 +87,7 @@ def produce(bootstrap: str, topic: str, rate: float) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(prog="python -m ferry.demo")
+    ap = argparse.ArgumentParser(prog="python -m ferry.devstack.demo")
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("echo")
     e.add_argument("--port", type=int, required=True)
