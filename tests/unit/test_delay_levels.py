@@ -1,0 +1,170 @@
+"""Delay levels (ferry.delay): where a scheduled record waits next, and the rewrites it costs."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ferry import delay
+from ferry.delay import InvalidSchedule, Level
+
+DAY = 86_400_000
+
+
+@pytest.mark.parametrize(
+    ("remaining", "level"),
+    [
+        (0, None),
+        (99, None),
+        (100, Level(2, 1)),
+        (199, Level(2, 1)),
+        (999, Level(2, 9)),
+        (1000, Level(3, 1)),
+        (9_999, Level(3, 9)),
+        (119_000, Level(5, 1)),
+        (3 * 3_600_000, Level(7, 1)),  # 3 h = 10.8e6 ms: the 10^7 ms decade
+        (90 * DAY, Level(9, 7)),
+        (9 * 10**9, Level(9, 9)),
+        (10**11, Level(9, 9)),  # beyond the top: the top level again
+    ],
+)
+def test_level_for_is_the_longest_level_that_fits(remaining: int, level: Level | None) -> None:
+    assert delay.level_for(remaining) == level
+    if level is not None:
+        assert level.delay_ms <= remaining
+        longer = [lv for lv in delay.LEVELS if lv.delay_ms > level.delay_ms]
+        assert not longer or min(lv.delay_ms for lv in longer) > remaining or remaining > delay.LONGEST_LEVEL_MS
+
+
+@pytest.mark.parametrize(
+    ("due", "now", "step"),
+    [
+        (1000, 1000, ("deliver", None)),
+        (1000, 5000, ("deliver", None)),  # late (or a deliver_at in the past): now
+        (1001, 1000, ("hold", 1)),
+        (1099, 1000, ("hold", 99)),
+        (1100, 1000, ("wait", Level(2, 1))),
+        (121_000, 2000, ("wait", Level(5, 1))),
+    ],
+)
+def test_next_step(due: int, now: int, step: tuple[str, object]) -> None:
+    assert delay.next_step(due, now) == step
+
+
+@pytest.mark.parametrize(
+    ("delay_ms", "writes"),
+    [
+        (0, 0),
+        (99, 0),
+        (100, 1),
+        (119_000, 3),  # the seed's example: 100 s, then 10 s, then 9 s
+        (60_000, 1),
+        (59_999, 3),  # 50 s, 9 s, 900 ms (the last 99 ms in memory)
+        (3 * 3_600_000, 2),  # 10^7 ms, then 8 × 10^5 ms
+        (90 * DAY, 4),  # 7,776,000,000: digits 7, 7, 7, 6
+    ],
+)
+def test_level_writes(delay_ms: int, writes: int) -> None:
+    assert delay.level_writes(delay_ms) == writes
+
+
+def test_level_writes_bound_holds_for_every_delay_up_to_90_days() -> None:
+    rng = random.Random(7)
+    for _ in range(20_000):
+        d = rng.randrange(0, 90 * DAY + 1)
+        assert delay.level_writes(d) <= 8
+        if d < 100_000:
+            assert delay.level_writes(d) <= 3
+
+
+def test_following_the_steps_never_delivers_early_and_stays_within_the_bound() -> None:
+    """Simulate a record through the levels with each level releasing it late by up to 30 ms:
+    it is never delivered before it is due, and it costs at most one level write per decade."""
+    rng = random.Random(11)
+    for _ in range(2_000):
+        now = 1_700_000_000_000
+        d = rng.randrange(0, 30 * DAY)
+        due, writes = now + d, 0
+        while True:
+            kind, arg = delay.next_step(due, now)
+            if kind == "deliver":
+                break
+            if kind == "hold":
+                assert isinstance(arg, int)
+                now += arg
+                continue
+            assert isinstance(arg, Level)
+            writes += 1
+            now += arg.delay_ms + rng.randrange(0, 31)
+        assert now >= due
+        assert writes <= len(str(max(d // delay.FIRST_LEVEL_MS, 1)))
+
+
+def test_levels_layout() -> None:
+    assert len(delay.LEVELS) == 72
+    assert [lv.delay_ms for lv in delay.LEVELS] == sorted(lv.delay_ms for lv in delay.LEVELS)
+    topics = delay.level_topics("__ferry_delay")
+    assert [t for t, _, _ in topics] == [
+        "__ferry_delay.100ms",
+        "__ferry_delay.1s",
+        "__ferry_delay.10s",
+        "__ferry_delay.100s",
+        "__ferry_delay.1000s",
+        "__ferry_delay.10000s",
+        "__ferry_delay.100000s",
+        "__ferry_delay.1000000s",
+    ]
+    assert all(parts == 9 for _, parts, _ in topics)
+    assert Level(9, 9).topic("__ferry_delay") == "__ferry_delay.1000000s" and Level(9, 9).partition == 8
+    # Each decade's retention outlasts its longest level.
+    for (_, _, retention), k in zip(topics, delay.DECADES, strict=True):
+        assert retention > 9 * 10**k
+
+
+H = delay.DELIVER_AT_HEADER
+T = delay.TARGET_TOPIC_HEADER
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ([(H, b"1700000000000"), (T, b"orders")], (1_700_000_000_000, "orders")),
+        ([("Ferry-Deliver-At", b" 5 "), ("FERRY-TARGET-TOPIC", b"a.b-c_d")], (5, "a.b-c_d")),
+        ([(H, b"7"), (T, b"t"), (H, b"9")], (7, "t")),  # the first of a repeated header counts
+    ],
+)
+def test_parse_schedule(headers: list[tuple[str, bytes | None]], expected: tuple[int, str]) -> None:
+    assert delay.parse_schedule(headers) == expected
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        (None, "missing header ferry-deliver-at"),
+        ([(T, b"orders")], "missing header ferry-deliver-at"),
+        ([(H, None), (T, b"orders")], "missing header ferry-deliver-at"),
+        ([(H, b"soon"), (T, b"orders")], "must be an integer"),
+        ([(H, b"\xff"), (T, b"orders")], "must be an integer"),
+        ([(H, b"1.5"), (T, b"orders")], "must be an integer"),
+        ([(H, b"-1"), (T, b"orders")], "must not be negative"),
+        ([(H, b"1")], "missing header ferry-target-topic"),
+        ([(H, b"1"), (T, b"")], "missing header ferry-target-topic"),
+        ([(H, b"1"), (T, b"\xff\xfe")], "is not UTF-8"),
+        ([(H, b"1"), (T, b"a/b")], "not a valid topic name"),
+        ([(H, b"1"), (T, b"..")], "not a valid topic name"),
+        ([(H, b"1"), (T, b"x" * 250)], "not a valid topic name"),
+    ],
+)
+def test_parse_schedule_refuses_garbage_with_a_clear_reason(
+    headers: list[tuple[str, bytes | None]] | None, message: str
+) -> None:
+    with pytest.raises(InvalidSchedule, match=message):
+        delay.parse_schedule(headers)
+
+
+def test_check_delay_accepts_up_to_90_days_and_the_past() -> None:
+    delay.check_delay(0, 10**12)  # in the past: deliver now
+    delay.check_delay(10**12 + 90 * DAY, 10**12)
+    with pytest.raises(InvalidSchedule, match="90 days"):
+        delay.check_delay(10**12 + 90 * DAY + 1, 10**12)
