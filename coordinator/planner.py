@@ -15,6 +15,13 @@ throughput), and the current assignment. Rules, in order:
    potential only falls, so this ends; with equal weights and capacities it ends with every
    worker within one partition of every other, and moves exactly the surplus: one worker joining
    N workers moves about 1/(N+1) of the partitions, all to it.
+
+Zones (:func:`plan_zones`): each partition has a home zone (its Kafka cluster's). A zone's
+partitions are planned over the live workers of that zone alone while it has any; the partitions
+of a zone without live workers are planned over all live workers, on top of what those already
+carry (``base_load``), so failover spreads them evenly; when the zone has workers again they are
+orphans of their home plan and move back. With no zones configured every worker and partition is
+in the zone ``""`` and the plan is :func:`plan`'s.
 """
 
 from __future__ import annotations
@@ -32,12 +39,16 @@ def plan(
     workers: Mapping[str, float],
     partitions: Mapping[P, float],
     current: Mapping[P, str],
+    base_load: Mapping[str, float] | None = None,
 ) -> dict[P, str]:
-    """The new assignment: partition → worker id. Empty when there are no workers."""
+    """The new assignment: partition → worker id. Empty when there are no workers.
+
+    ``base_load``: load a worker already carries from partitions planned elsewhere (they neither
+    move nor count as partitions here), so these partitions balance on top of it."""
     caps = {w: c for w, c in workers.items() if c > 0}
     if not caps:
         return {}
-    load = dict.fromkeys(caps, 0.0)
+    load = {w: float((base_load or {}).get(w, 0.0)) for w in caps}
     # Per worker, its partitions sorted by (weight, partition) so the right one is found by bisect.
     held: dict[str, list[tuple[float, P]]] = {w: [] for w in caps}
     out: dict[P, str] = {}
@@ -107,6 +118,39 @@ def _best_move(items: list[tuple[float, P]], la: float, ca: float, lb: float, cb
     # Largest weight strictly below the limit (tiny epsilon: equal loads must not ping-pong).
     i = bisect_right(items, limit - 1e-9, key=lambda e: e[0]) - 1
     return items[i][1] if i >= 0 else None
+
+
+def plan_zones(
+    workers: Mapping[str, tuple[str, float]],
+    partitions: Mapping[P, float],
+    home: Mapping[P, str],
+    current: Mapping[P, str],
+) -> dict[P, str]:
+    """The new assignment with zones: ``workers`` maps a worker id to its (zone, capacity),
+    ``home`` a partition to its zone (``""`` when unzoned; missing means ``""``)."""
+    by_zone: dict[str, dict[str, float]] = {}
+    for w, (zone, cap) in workers.items():
+        if cap > 0:
+            by_zone.setdefault(zone, {})[w] = cap
+    out: dict[P, str] = {}
+    homeless: dict[P, float] = {}
+    grouped: dict[str, dict[P, float]] = {}
+    for p, weight in partitions.items():
+        zone = home.get(p, "")
+        if zone in by_zone:
+            grouped.setdefault(zone, {})[p] = weight
+        else:
+            homeless[p] = weight
+    load: dict[str, float] = {}
+    for zone, parts in sorted(grouped.items()):
+        planned = plan(by_zone[zone], parts, current)
+        out.update(planned)
+        for p, w in planned.items():
+            load[w] = load.get(w, 0.0) + parts[p]
+    if homeless:
+        everyone = {w: cap for zone_workers in by_zone.values() for w, cap in zone_workers.items()}
+        out.update(plan(everyone, homeless, current, base_load=load))
+    return out
 
 
 def moves(before: Mapping[P, str], after: Mapping[P, str]) -> list[P]:
