@@ -33,8 +33,9 @@ def test_wheel_installs_only_the_ferry_package(tmp_path: Path) -> None:
     import sys
     import zipfile
 
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
     run = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        [*pip_wheel, "-w", str(tmp_path), str(ROOT)],
         capture_output=True,
         text=True,
         timeout=300,
