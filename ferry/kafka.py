@@ -145,6 +145,7 @@ def read_partitions_to_end(
     waiting = set(starts)
     quiet = set(starts)  # nothing read yet: a start past the end looks like this
     ends: dict[TP, int] = {}
+    paused: list[TopicPartition] = []
     consumer.assign([TopicPartition(t, p, o) for (t, p), o in starts.items()])
     started = time.monotonic()
     rewound = rewind_after_s is None
@@ -185,8 +186,12 @@ def read_partitions_to_end(
                         on_message(msg)
                     continue
                 waiting.discard(tp)
-                consumer.pause([TopicPartition(*tp)])
+                paused.append(TopicPartition(*tp))
+                consumer.pause(paused[-1:])
     finally:
+        # A pause outlives unassign(): a reused reader would never fetch that partition again.
+        if paused:
+            consumer.resume(paused)
         consumer.unassign()
     return ends
 

@@ -1,0 +1,174 @@
+"""The transaction log in Kafka: where half messages and their outcomes are stored.
+
+Use case: the gateway's transaction routes append a transaction's entries and read its state back;
+the back-check runner on the worker that owns a log partition reads the same entries. Nothing about
+a transaction is in the metadata database (docs/design/transactions.md).
+
+The log is one internal topic (``FERRY_TXN_TOPIC``, default ``__ferry_txn``). A transaction's id
+names where its entries start: ``<partition>.<offset>.<nonce>``, the partition and offset of its
+``prepare`` entry, and every later entry of it is written to that partition. So the state of one
+transaction is the fold (:func:`ferry.txn.fold`) of its partition read from the prepare's offset to
+the partition's end — never a scan from the topic's start.
+
+Blocking calls (Kafka I/O): run them in a thread from async code. One :class:`TxnLog` keeps one
+producer (idempotent, ``acks=all``) and one reader, so repeated calls do not reconnect.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from ferry import kafka, txn
+from ferry.errors import FerryError
+
+DEFAULT_TOPIC = "__ferry_txn"
+PARTITIONS = 9
+RETENTION_MS = 7 * 24 * 3600 * 1000  # far beyond the longest life of a transaction (timeout + checks)
+_ID = re.compile(r"^(\d{1,6})\.(\d{1,19})\.([0-9a-f]{16})$")
+
+
+class TxnLogError(FerryError):
+    """The transaction log could not be written or read (Kafka unavailable, deadline passed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TxnId:
+    partition: int
+    offset: int
+    nonce: str
+
+    def __str__(self) -> str:
+        return f"{self.partition}.{self.offset}.{self.nonce}"
+
+
+def parse_id(raw: str) -> TxnId | None:
+    """The id's parts, or None when ``raw`` is not an id this log could have made."""
+    m = _ID.match(raw)
+    if m is None:
+        return None
+    return TxnId(int(m.group(1)), int(m.group(2)), m.group(3))
+
+
+def new_nonce() -> str:
+    return secrets.token_hex(8)
+
+
+def encode(entry: Mapping[str, Any]) -> bytes:
+    return json.dumps(entry, separators=(",", ":")).encode()
+
+
+def entry_of(msg: Message) -> dict[str, Any] | None:
+    """A log record as an entry with its ``id`` (a prepare's id is made from where it is stored);
+    None for a record that is not a valid entry (skipped, never fatal)."""
+    try:
+        entry = json.loads(cast(bytes, msg.value()))
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("kind"), str):
+        return None
+    if entry["kind"] == "prepare":
+        key = msg.key()
+        nonce = key.decode("ascii", "replace") if isinstance(key, bytes) else ""
+        entry["id"] = str(TxnId(cast(int, msg.partition()), cast(int, msg.offset()), nonce))
+    elif not isinstance(entry.get("id"), str):
+        return None
+    return entry
+
+
+class TxnLog:
+    """Append entries to the transaction log and fold one transaction from it."""
+
+    def __init__(self, client_config: Mapping[str, Any], topic: str = DEFAULT_TOPIC, timeout_s: float = 10.0) -> None:
+        self._config = dict(client_config)
+        self.topic = topic
+        self.timeout_s = timeout_s
+        self._producer = kafka.producer(
+            {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": 2}, "txn-log"
+        )
+        self._reader = kafka.reader(self._config, "txn-reader")
+        self._read_lock = threading.Lock()
+        self._partitions: int | None = None
+
+    def ensure(self) -> int:
+        """Create the log topic unless it exists; returns its partition count."""
+        kafka.ensure_topic(self._config, self.topic, PARTITIONS, {"retention.ms": str(RETENTION_MS)})
+        counts = kafka.partition_counts(self._config, [self.topic])
+        if self.topic not in counts:
+            raise TxnLogError(f"transaction log topic {self.topic!r} has no partitions after creating it")
+        self._partitions = counts[self.topic]
+        return self._partitions
+
+    def close(self) -> None:
+        self._producer.flush(self.timeout_s)
+        self._reader.close()
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def prepare(self, entry: Mapping[str, Any]) -> TxnId:
+        """Store a ``prepare`` entry (durable when this returns); the new transaction's id."""
+        partitions = self._partitions or self.ensure()
+        nonce = new_nonce()
+        partition = secrets.randbelow(partitions)
+        offset = self._produce(partition, nonce.encode(), {**entry, "kind": "prepare"})
+        return TxnId(partition, offset, nonce)
+
+    def append(self, txn_id: TxnId, entry: Mapping[str, Any]) -> int:
+        """Store a later entry of ``txn_id`` in its partition; its offset."""
+        return self._produce(txn_id.partition, str(txn_id).encode(), {**entry, "id": str(txn_id)})
+
+    def _produce(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> int:
+        done = threading.Event()
+        result: dict[str, Any] = {}
+
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            result["err"], result["offset"] = err, msg.offset()
+            done.set()
+
+        value = encode({**entry, "ts": entry.get("ts", int(time.time() * 1000))})
+        try:
+            self._producer.produce(self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
+        except (BufferError, KafkaException) as exc:
+            raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {exc}") from None
+        deadline = time.monotonic() + self.timeout_s
+        while not done.is_set():
+            if time.monotonic() > deadline:
+                raise TxnLogError(f"the transaction log {self.topic!r} did not acknowledge within {self.timeout_s:g} s")
+            self._producer.poll(0.05)
+        if result["err"] is not None:
+            raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {result['err'].str()}")
+        return int(result["offset"])
+
+    # --- reading ----------------------------------------------------------------------------
+
+    def read(self, txn_id: TxnId, up_to: int | None = None) -> tuple[txn.Txn | None, dict[str, Any] | None]:
+        """The transaction's state from its entries (up to and including offset ``up_to``), and its
+        prepare entry; ``(None, None)`` when no such transaction was prepared."""
+        entries: list[dict[str, Any]] = []
+        me = str(txn_id)
+
+        def take(msg: Message) -> None:
+            entry = entry_of(msg)
+            if entry is not None and entry["id"] == me:
+                entries.append(entry)
+
+        tp = (self.topic, txn_id.partition)
+        stop = {tp: up_to + 1} if up_to is not None else None
+        with self._read_lock:
+            try:
+                kafka.read_partitions_to_end(
+                    self._reader, {tp: txn_id.offset}, take, stop_at=stop, timeout_s=self.timeout_s
+                )
+            except kafka.KafkaUnavailable as exc:
+                raise TxnLogError(f"cannot read the transaction log {self.topic!r}: {exc}") from None
+        if not entries or entries[0]["kind"] != "prepare":
+            return None, None
+        return txn.fold(entries).get(me), entries[0]
