@@ -1,0 +1,165 @@
+"""The back-check runner in virtual time: a scripted producer (its check answers, its own commit or
+rollback through the gateway) → when checks happen, what is logged, what is written, and when the
+prepare entry may be committed. Minutes of back-off run in milliseconds (tests/support/vtime.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from ferry import txn
+from ferry.worker.txn_checks import CheckRunner
+from tests.support.vtime import run
+
+ID = "3.17.00000000000000aa"
+RECORDS = [{"topic": "orders", "key": "a", "value_b64": "MQ=="}, {"topic": "billing", "key": "b", "value_b64": "Mg=="}]
+
+
+@dataclass
+class World:
+    """The log partition, the producer and the target topics, all in memory."""
+
+    answers: list[Any]  # what the producer's check endpoint says, in order ("commit", ..., or an exception)
+    log: list[dict[str, Any]] = field(default_factory=list)
+    asked_at: list[float] = field(default_factory=list)
+    written: list[tuple[float, str, int]] = field(default_factory=list)
+    runner: CheckRunner | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def append(self, txn_id: str, entry: dict[str, Any]) -> None:
+        self.feed({**entry, "id": txn_id, "ts": int(self.now() * 1000)})
+
+    def feed(self, entry: dict[str, Any]) -> asyncio.Task[None]:
+        """An entry reaches the log: the owner's window hands it to the runner (ordering none)."""
+        self.log.append(entry)
+        assert self.runner is not None
+        task = asyncio.get_running_loop().create_task(self.runner.handle(entry))
+        self.tasks.append(task)
+        return task
+
+    async def ask(self, url: str, body: dict[str, Any]) -> txn.CheckAnswer:
+        assert url == "http://producer/check" and body["id"] == ID
+        self.asked_at.append(self.now())
+        answer = self.answers.pop(0) if self.answers else "unknown"
+        if isinstance(answer, Exception):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+    async def write(self, txn_id: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for seq, _ in enumerate(records):
+            self.written.append((self.now(), txn_id, seq))
+        return [{"partition": 0, "offset": i} for i in range(len(records))]
+
+    def kinds(self) -> list[str]:
+        return [e["kind"] for e in self.log]
+
+
+def scenario(answers: list[Any], producer: list[tuple[float, str]] = (), timeout_ms: int = 5_000, **kw: Any):  # type: ignore[no-untyped-def]
+    """Prepare at t=0; the producer's own verbs at the given times; run until the prepare is done."""
+
+    async def main() -> tuple[World, float]:
+        world = World(list(answers))
+        world.runner = CheckRunner(
+            world,
+            world.ask,
+            world.write,
+            now_ms=lambda: int(world.now() * 1000),
+            **kw,
+        )
+        prepare = world.feed(
+            {"kind": "prepare", "id": ID, "ts": 0, "timeout_ms": timeout_ms, "check_url": "http://producer/check"}
+            | {"records": RECORDS}
+        )
+        for at, kind in producer:
+            await asyncio.sleep(at - world.now())
+            world.feed({"kind": kind, "id": ID, "ts": int(world.now() * 1000)})
+        await asyncio.wait_for(prepare, timeout=24 * 3600)
+        done_at = world.now()
+        await asyncio.gather(*world.tasks)
+        return world, done_at
+
+    return run(main())
+
+
+def test_producer_commits_in_time_no_check() -> None:
+    world, done = scenario([], producer=[(1.0, "commit"), (1.2, "committed")])
+    assert world.asked_at == [] and world.written == []  # the gateway wrote them
+    assert world.kinds() == ["prepare", "commit", "committed"]
+    assert done == pytest.approx(1.2)
+
+
+def test_producer_rolls_back_in_time() -> None:
+    world, done = scenario([], producer=[(0.5, "rollback")])
+    assert world.asked_at == [] and world.written == [] and done == pytest.approx(0.5)
+
+
+def test_check_at_timeout_answers_commit() -> None:
+    world, done = scenario(["commit"])
+    assert done == pytest.approx(5.0)
+    assert world.asked_at == [pytest.approx(5.0)]
+    assert world.kinds() == ["prepare", "check", "commit", "committed"]
+    assert [(t, seq) for t, _, seq in world.written] == [(pytest.approx(5.0), 0), (pytest.approx(5.0), 1)]
+    assert world.runner is not None and world.runner.counters.committed == 1 and world.runner.open == {}
+
+
+def test_check_answers_rollback_nothing_written() -> None:
+    world, _ = scenario(["rollback"])
+    assert world.kinds() == ["prepare", "check", "rollback"] and world.log[-1]["reason"] == "check"
+    assert world.written == []
+
+
+def test_unknown_backs_off_then_commit() -> None:
+    world, done = scenario(["unknown", "unknown", "commit"])
+    assert world.asked_at == [pytest.approx(5.0), pytest.approx(6.0), pytest.approx(8.0)]
+    assert world.kinds().count("check") == 3 and world.kinds()[-1] == "committed"
+    assert len(world.written) == 2 and done == pytest.approx(8.0)
+
+
+def test_errors_and_garbage_count_as_unknown() -> None:
+    world, _ = scenario([OSError("refused"), "unknown", "rollback"])
+    assert len(world.asked_at) == 3 and world.kinds()[-1] == "rollback"
+    assert world.runner is not None and world.runner.counters.check_failures == 2
+
+
+def test_max_checks_then_rollback_with_the_documented_schedule() -> None:
+    world, done = scenario([], max_checks=txn.DEFAULT_MAX_CHECKS)
+    gaps = [b - a for a, b in zip(world.asked_at, world.asked_at[1:], strict=False)]
+    assert len(world.asked_at) == 15
+    assert gaps == [1, 2, 4, 8, 16, 32, 60, 60, 60, 60, 60, 60, 60, 60]
+    assert world.log[-1] == {**world.log[-1], "kind": "rollback", "reason": "max_checks"}
+    assert done - 5.0 == pytest.approx(txn.checks_to_give_up())
+    assert world.written == []
+
+
+def test_producer_rolls_back_between_checks() -> None:
+    world, done = scenario(["unknown"], producer=[(5.5, "rollback")])
+    assert world.asked_at == [pytest.approx(5.0)] and done == pytest.approx(5.5)
+    assert world.kinds() == ["prepare", "check", "rollback"]
+
+
+def test_a_commit_whose_writer_died_is_finished_after_the_grace() -> None:
+    # The gateway logged the decision and died before logging "committed".
+    world, done = scenario([], producer=[(1.0, "commit")], grace_ms=30_000)
+    assert world.asked_at == []
+    assert [t for t, _, _ in world.written] == [pytest.approx(31.0)] * 2
+    assert world.kinds() == ["prepare", "commit", "committed"] and done == pytest.approx(31.0)
+    assert world.runner is not None and world.runner.counters.finished_after_crash == 1
+
+
+def test_a_late_rollback_after_commit_changes_nothing() -> None:
+    world, _ = scenario([], producer=[(1.0, "commit"), (1.1, "rollback"), (1.2, "committed")])
+    assert world.written == [] and world.runner is not None and world.runner.open == {}
+
+
+def test_the_echo_of_its_own_check_is_not_a_second_check() -> None:
+    world, _ = scenario(["unknown", "unknown", "unknown", "rollback"])
+    checks = [e for e in world.log if e["kind"] == "check"]
+    assert len(checks) == 4 and len({e["eid"] for e in checks}) == 4
+    # The schedule doubles per check made, not per check seen twice: 1, 2, 4 s.
+    assert [b - a for a, b in zip(world.asked_at, world.asked_at[1:], strict=False)] == [1, 2, 4]
