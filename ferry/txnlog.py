@@ -16,16 +16,17 @@ producer (idempotent, ``acks=all``) and one reader, so repeated calls do not rec
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import secrets
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from ferry import kafka, txn
 from ferry.errors import FerryError
@@ -172,3 +173,77 @@ class TxnLog:
         if not entries or entries[0]["kind"] != "prepare":
             return None, None
         return txn.fold(entries).get(me), entries[0]
+
+
+# --- the records of a transaction ---------------------------------------------------------------
+
+
+def stored_record(
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]] | None = None,
+    partition: int | None = None,
+) -> dict[str, Any]:
+    """A record as a prepare entry keeps it (JSON: bytes as base64)."""
+
+    def b64(raw: bytes | None) -> str | None:
+        return None if raw is None else base64.b64encode(raw).decode("ascii")
+
+    return {
+        "topic": topic,
+        "key_b64": b64(key),
+        "value_b64": b64(value),
+        "headers": [[name, b64(v)] for name, v in headers or ()],
+        "partition": partition,
+    }
+
+
+def write_records(
+    producer: Producer, txn_id: str, records: list[dict[str, Any]], timeout_s: float = 30.0
+) -> list[dict[str, Any]]:
+    """Blocking: write a committed transaction's stored records to their topics, each with
+    ``ferry-transaction-id`` and ``ferry-transaction-seq``, and wait for every acknowledgement
+    (``producer``: idempotent, ``acks=all``). One result per record as the gateway's §9 answer:
+    ``{"partition", "offset"}`` or ``{"error"}``. Raises :class:`TxnLogError` when not every record
+    was acknowledged in time (then nothing may be logged as committed)."""
+    results: list[dict[str, Any] | None] = [None] * len(records)
+
+    def done(i: int) -> Callable[[KafkaError | None, Message], None]:
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                results[i] = {"partition": msg.partition(), "offset": msg.offset()}
+            else:
+                results[i] = {"error": err.str()}
+
+        return on_delivery
+
+    for seq, rec in enumerate(records):
+        headers: list[tuple[str, str | bytes | None]] = [
+            (str(n), None if v is None else base64.b64decode(v)) for n, v in rec.get("headers") or ()
+        ]
+        headers += [("ferry-transaction-id", txn_id.encode()), ("ferry-transaction-seq", str(seq).encode())]
+        key, value = rec.get("key_b64"), rec.get("value_b64")
+        kwargs: dict[str, Any] = {}
+        if rec.get("partition") is not None:
+            kwargs["partition"] = int(rec["partition"])
+        while True:
+            try:
+                producer.produce(
+                    rec["topic"],
+                    key=None if key is None else base64.b64decode(key),
+                    value=None if value is None else base64.b64decode(value),
+                    headers=headers,
+                    on_delivery=done(seq),
+                    **kwargs,
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+    left = producer.flush(timeout_s)
+    if left or any(r is None or "error" in r for r in results):
+        failed = [r for r in results if r is None or "error" in r]
+        raise TxnLogError(
+            f"transaction {txn_id}: {len(failed)} of {len(records)} records not acknowledged: {failed[:3]}"
+        )
+    return cast(list[dict[str, Any]], results)

@@ -1,0 +1,106 @@
+"""Transactional (half) messages through the gateway: prepare, commit, rollback, state.
+
+Use case: a service writes its database and "sends" events in one local transaction. It prepares
+the records (durable, invisible), then commits or rolls back after its local transaction; if it
+does neither in time, the worker owning the transaction's log partition asks its ``check_url``
+(docs/contract.md §11, docs/transactions.md).
+
+Every operation reads and appends the transaction log (:mod:`ferry.txnlog`) and nothing else, so
+any replica answers any request, and a restart forgets nothing. Two replicas receiving contrary
+verbs at once both append their decision; each then reads the log up to its own entry, and the
+first decision there stands (the other answers 409). A commit writes the records with
+``ferry-transaction-id`` / ``ferry-transaction-seq`` after its decision is logged and logs
+``committed`` after every record is acknowledged; if the replica dies in between, whoever finishes
+the commit (a repeated commit request, or the check runner after a grace period) writes them again.
+
+These are plain async functions over two ports (the log, and a writer of records to their topics),
+so the HTTP handlers stay thin and tests can drive them directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ferry import txn
+from ferry.errors import EndpointRefused, ValidationError
+from ferry.netguard import EndpointPolicy
+from ferry.txnlog import TxnId, TxnLog, parse_id
+
+Write = Callable[[str, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
+"""Write a committed transaction's stored records (id, records) → one result per record, as §9."""
+
+MAX_TIMEOUT_MS = 24 * 3600 * 1000
+
+
+class Transactions:
+    def __init__(self, log: TxnLog, write: Write, policy: EndpointPolicy) -> None:
+        self._log = log
+        self._write = write
+        self._policy = policy
+
+    async def prepare(self, records: list[dict[str, Any]], check_url: Any, timeout_ms: Any) -> dict[str, Any]:
+        """Store a prepared transaction of already validated ``records`` (each with its ``topic``)."""
+        if not isinstance(check_url, str) or not check_url.startswith(("http://", "https://")):
+            raise ValidationError("check_url", "must be an http:// or https:// URL")
+        try:
+            await asyncio.to_thread(self._policy.check_url, check_url)
+        except EndpointRefused as exc:  # the policy's refusal says which rule and what to change
+            raise ValidationError("check_url", str(exc)) from None
+        if timeout_ms is None:
+            timeout_ms = txn.DEFAULT_TIMEOUT_MS
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= MAX_TIMEOUT_MS:
+            raise ValidationError("timeout_ms", f"must be an integer in 1..{MAX_TIMEOUT_MS}")
+        entry = {
+            "records": records,
+            "check_url": check_url,
+            "timeout_ms": timeout_ms,
+            "ts": int(time.time() * 1000),
+        }
+        txn_id = await asyncio.to_thread(self._log.prepare, entry)
+        return {"id": str(txn_id), "state": "prepared"}
+
+    async def get(self, raw_id: str) -> dict[str, Any]:
+        tid = _parse(raw_id)
+        state, _ = await asyncio.to_thread(self._log.read, tid)
+        if state is None:
+            raise txn.UnknownTransaction(_unknown(raw_id))
+        return state.public()
+
+    async def commit(self, raw_id: str) -> dict[str, Any]:
+        tid = _parse(raw_id)
+        state, prepare = await asyncio.to_thread(self._log.read, tid)
+        answer = txn.decide(state, "commit", raw_id)
+        if answer == "append":
+            at = await asyncio.to_thread(self._log.append, tid, {"kind": "commit", "by": "producer"})
+            state, prepare = await asyncio.to_thread(self._log.read, tid, at)
+            answer = txn.decide(state, "commit", raw_id)  # the first decision in the log stands
+        assert state is not None and prepare is not None
+        if answer == "same":
+            return {"id": raw_id, "state": "committed", "results": state.results or []}
+        results = await self._write(raw_id, list(prepare.get("records", ())))
+        await asyncio.to_thread(self._log.append, tid, {"kind": "committed", "results": results})
+        return {"id": raw_id, "state": "committed", "results": results}
+
+    async def rollback(self, raw_id: str) -> dict[str, Any]:
+        tid = _parse(raw_id)
+        state, _ = await asyncio.to_thread(self._log.read, tid)
+        answer = txn.decide(state, "rollback", raw_id)
+        if answer == "append":
+            at = await asyncio.to_thread(self._log.append, tid, {"kind": "rollback", "reason": "producer"})
+            state, _ = await asyncio.to_thread(self._log.read, tid, at)
+            txn.decide(state, "rollback", raw_id)  # raises Conflict when a commit was logged first
+        return {"id": raw_id, "state": "rolled_back"}
+
+
+def _parse(raw_id: str) -> TxnId:
+    tid = parse_id(raw_id)
+    if tid is None:
+        raise txn.UnknownTransaction(_unknown(raw_id))
+    return tid
+
+
+def _unknown(raw_id: str) -> str:
+    return f"no transaction {raw_id!r} (unknown, or older than the transaction log keeps)"

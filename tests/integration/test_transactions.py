@@ -1,0 +1,119 @@
+"""Transactions through the gateway's operations on the real broker: a prepared transaction writes
+nothing; commit writes every record once with ferry-transaction-id/-seq; verbs are idempotent and
+the first decision in the log stands, whichever replica (here: two Transactions over two logs)
+receives it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from ferry import kafka, txn
+from ferry.gateway.transactions import Transactions
+from ferry.netguard import EndpointPolicy
+from ferry.txnlog import TxnLog, stored_record, write_records
+from tests.support.kafka import create_topic
+
+pytestmark = pytest.mark.integration
+
+
+def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes | None, bytes | None, dict[str, bytes]]]:
+    out = []
+
+    def take(msg) -> None:  # type: ignore[no-untyped-def]
+        out.append((msg.key(), msg.value(), dict(msg.headers() or [])))
+
+    kafka.read_to_end({"bootstrap.servers": bootstrap}, topic, take)
+    return out
+
+
+@pytest.fixture()
+def replicas(kafka_bootstrap: str, topic_name: str):  # type: ignore[no-untyped-def]
+    """Two gateway replicas' transaction operations over the same log."""
+    cfg = {"bootstrap.servers": kafka_bootstrap}
+    logs = [TxnLog(cfg, topic=f"{topic_name}-txn") for _ in range(2)]
+    logs[0].ensure()
+    producer = kafka.producer({**cfg, "enable.idempotence": True, "acks": "all"}, "test-writer")
+
+    async def write(txn_id: str, records: list[dict]) -> list[dict]:  # type: ignore[type-arg]
+        return await asyncio.to_thread(write_records, producer, txn_id, records)
+
+    policy = EndpointPolicy()
+    yield [Transactions(log, write, policy) for log in logs]
+    for log in logs:
+        with contextlib.suppress(Exception):
+            log.close()
+
+
+def records_for(topic: str, n: int) -> list[dict]:  # type: ignore[type-arg]
+    return [stored_record(topic, f"k{i % 3}".encode(), f"v{i}".encode(), [("app", b"x")]) for i in range(n)]
+
+
+async def test_prepare_commit_and_repeat(replicas, kafka_bootstrap: str, topic_name: str) -> None:  # type: ignore[no-untyped-def]
+    a, b = replicas
+    create_topic(kafka_bootstrap, topic_name, 2)
+    prepared = await a.prepare(records_for(topic_name, 5), "http://127.0.0.1:1/check", 60_000)
+    assert prepared["state"] == "prepared"
+    assert read_all(kafka_bootstrap, topic_name, 2) == []  # invisible until commit
+    assert await b.get(prepared["id"]) == {"id": prepared["id"], "state": "prepared", "checks": 0}
+
+    first = await b.commit(prepared["id"])
+    assert first["state"] == "committed" and len(first["results"]) == 5
+    assert all("offset" in r for r in first["results"])
+    again = await a.commit(prepared["id"])  # another replica, the same answer, nothing written again
+    assert again == first
+    written = read_all(kafka_bootstrap, topic_name, 2)
+    assert sorted(h["ferry-transaction-seq"] for _, _, h in written) == [str(i).encode() for i in range(5)]
+    assert {h["ferry-transaction-id"] for _, _, h in written} == {prepared["id"].encode()}
+    assert {h["app"] for _, _, h in written} == {b"x"}
+    with pytest.raises(txn.Conflict):
+        await a.rollback(prepared["id"])
+    assert (await a.get(prepared["id"]))["state"] == "committed"
+
+
+async def test_rollback_is_final_and_writes_nothing(replicas, kafka_bootstrap: str, topic_name: str) -> None:  # type: ignore[no-untyped-def]
+    a, b = replicas
+    create_topic(kafka_bootstrap, topic_name, 1)
+    prepared = await a.prepare(records_for(topic_name, 2), "http://127.0.0.1:1/check", None)
+    assert await b.rollback(prepared["id"]) == {"id": prepared["id"], "state": "rolled_back"}
+    assert await a.rollback(prepared["id"]) == {"id": prepared["id"], "state": "rolled_back"}
+    with pytest.raises(txn.Conflict):
+        await a.commit(prepared["id"])
+    assert read_all(kafka_bootstrap, topic_name, 1) == []
+
+
+async def test_contrary_verbs_at_once_one_decision_stands(replicas, kafka_bootstrap: str, topic_name: str) -> None:  # type: ignore[no-untyped-def]
+    a, b = replicas
+    create_topic(kafka_bootstrap, topic_name, 1)
+    for _ in range(3):
+        prepared = await a.prepare(records_for(topic_name, 1), "http://127.0.0.1:1/check", None)
+        outcomes = await asyncio.gather(a.commit(prepared["id"]), b.rollback(prepared["id"]), return_exceptions=True)
+        final = (await a.get(prepared["id"]))["state"]
+        if final == "committed":
+            assert isinstance(outcomes[1], txn.Conflict) and outcomes[0]["state"] == "committed"
+        else:
+            assert final == "rolled_back" and isinstance(outcomes[0], txn.Conflict)
+    ids_written = [h["ferry-transaction-id"] for _, _, h in read_all(kafka_bootstrap, topic_name, 1)]
+    assert len(ids_written) == len(set(ids_written))  # each committed one written once
+
+
+async def test_bad_input_and_unknown_ids(replicas, topic_name: str) -> None:  # type: ignore[no-untyped-def]
+    a, _ = replicas
+    from ferry.errors import ValidationError
+
+    with pytest.raises(ValidationError) as bad_url:
+        await a.prepare([], "ftp://x/y", None)
+    assert bad_url.value.field == "check_url"
+    with pytest.raises(ValidationError) as metadata:
+        await a.prepare([], "http://169.254.169.254/latest", None)
+    assert metadata.value.field == "check_url"
+    with pytest.raises(ValidationError) as bad_timeout:
+        await a.prepare([], "http://127.0.0.1:1/c", 0)
+    assert bad_timeout.value.field == "timeout_ms"
+    for unknown in ("nope", "0.0.0000000000000000"):
+        with pytest.raises(txn.UnknownTransaction):
+            await a.get(unknown)
+        with pytest.raises(txn.UnknownTransaction):
+            await a.commit(unknown)
