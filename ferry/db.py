@@ -28,8 +28,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 from ferry.errors import ConfigError
 from ferry.subscription import Subscription, from_trusted
 
-Scope = Literal["admin", "read"]
-SCOPES: tuple[Scope, ...] = ("admin", "read")
+Scope = Literal["admin", "read", "produce"]
+SCOPES: tuple[Scope, ...] = ("admin", "read", "produce")
 
 # Explicit constraint names: Alembic can then compare and drop them the same way on every backend.
 NAMING = {
@@ -140,6 +140,8 @@ class ApiToken(Base):
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(sa.DateTime, nullable=True)
     last_used_at: Mapped[datetime | None] = mapped_column(sa.DateTime, nullable=True)
+    topics: Mapped[list[str] | None] = mapped_column(sa.JSON, nullable=True)
+    """A ``produce`` token's topic patterns (``*`` matches any run of characters); None otherwise."""
 
 
 class AuditEntry(Base):
@@ -225,12 +227,17 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def create_token(s: Session, name: str, scope: Scope, created_by: str) -> tuple[ApiToken, str]:
-    """A new token; the plaintext is returned once and never stored."""
+def create_token(
+    s: Session, name: str, scope: Scope, created_by: str, topics: list[str] | None = None
+) -> tuple[ApiToken, str]:
+    """A new token; the plaintext is returned once and never stored. ``topics``: the patterns a
+    ``produce`` token may write to."""
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {SCOPES}")
+    if (scope == "produce") != (topics is not None):
+        raise ValueError("topics are given for produce tokens, and only for them")
     plain = "fy_" + secrets.token_urlsafe(32)
-    row = ApiToken(name=name, scope=scope, token_hash=hash_token(plain), created_by=created_by)
+    row = ApiToken(name=name, scope=scope, token_hash=hash_token(plain), created_by=created_by, topics=topics)
     s.add(row)
     s.flush()
     return row, plain

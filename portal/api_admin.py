@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from aiohttp import web
@@ -10,12 +11,15 @@ from aiohttp import web
 from ferry import db
 from ferry.portal.http import ENGINE, PRINCIPAL, ApiError, actor, read_json
 
+_PATTERN = re.compile(r"[A-Za-z0-9._*-]{1,249}")
+
 
 def _token(row: db.ApiToken) -> dict[str, Any]:
     return {
         "id": row.id,
         "name": row.name,
         "scope": row.scope,
+        "topics": row.topics,
         "created_by": row.created_by,
         "created_at": row.created_at.isoformat() + "Z",
         "revoked_at": row.revoked_at.isoformat() + "Z" if row.revoked_at else None,
@@ -47,15 +51,30 @@ async def create_token(request: web.Request) -> web.Response:
         raise ApiError(400, "is required: 1-100 characters naming who uses the token", "name")
     scope = body.get("scope", "read")
     if scope not in db.SCOPES:
-        raise ApiError(400, "must be 'admin' or 'read'", "scope")
+        raise ApiError(400, "must be 'admin', 'read' or 'produce'", "scope")
+    topics = produce_topics(scope, body.get("topics"))
 
     def store() -> dict[str, Any]:
         with db.session(request.app[ENGINE]) as s:
-            row, plain = db.create_token(s, name, scope, actor(request))
-            db.audit(s, actor(request), "token.create", name, {"scope": scope, "id": row.id})
+            row, plain = db.create_token(s, name, scope, actor(request), topics)
+            db.audit(s, actor(request), "token.create", name, {"scope": scope, "id": row.id, "topics": topics})
             return {**_token(row), "token": plain}
 
     return web.json_response(await asyncio.to_thread(store), status=201)
+
+
+def produce_topics(scope: str, raw: Any) -> list[str] | None:
+    """A ``produce`` token's topic patterns: 1–100 patterns of topic-name characters and ``*``."""
+    if scope != "produce":
+        if raw is not None:
+            raise ApiError(400, "only produce tokens have topics", "topics")
+        return None
+    if not isinstance(raw, list) or not 1 <= len(raw) <= 100:
+        raise ApiError(400, 'a produce token needs 1-100 topic patterns, e.g. ["orders", "billing.*"]', "topics")
+    for i, pattern in enumerate(raw):
+        if not isinstance(pattern, str) or not _PATTERN.fullmatch(pattern):
+            raise ApiError(400, "a topic name, or a pattern where * matches any run of characters", f"topics[{i}]")
+    return list(raw)
 
 
 async def revoke_token(request: web.Request) -> web.Response:

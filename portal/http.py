@@ -122,6 +122,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
         limiter.failed(client, now)
         raise ApiError(401, "invalid or revoked token")
     limiter.succeeded(client)
+    if principal.scope == "produce":
+        raise ApiError(403, "a produce token may only write records through the gateway; use a read or admin token")
     if request.method not in ("GET", "HEAD") and not principal.admin:
         raise ApiError(403, "this token may only read; an admin token is needed to change anything")
     request[PRINCIPAL] = principal

@@ -329,7 +329,15 @@ DOCUMENT: dict[str, Any] = {
             "TokenInput": {
                 "type": "object",
                 "required": ["name"],
-                "properties": {"name": {"type": "string"}, "scope": {"type": "string", "enum": ["admin", "read"]}},
+                "properties": {
+                    "name": {"type": "string"},
+                    "scope": {"type": "string", "enum": ["admin", "read", "produce"]},
+                    "topics": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "produce tokens only: topic names or patterns (* matches any run of characters)",
+                    },
+                },
             },
         },
     },

@@ -1,0 +1,193 @@
+"""What a produce request asks for, validated: the records of docs/contract.md §9 as Kafka records.
+
+Use case: the gateway's two routes (native and seed-compatible) and the transaction route turn
+their JSON bodies into :class:`Outgoing` records here; the service then writes them. Pure: no I/O,
+the caller passes the time (table tests: tests/unit/test_gateway_records.py).
+
+A request is refused as a whole (:class:`ferry.errors.ValidationError`, 400) only when its shape is
+wrong (not an object, no ``records`` list, more than :data:`MAX_RECORDS`). A record that is wrong
+on its own is refused on its own (:class:`Refused`, with its ``records[i].…`` field) and the
+request's other records are still written: its result in the answer says why.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ferry import delay
+from ferry.errors import ValidationError
+
+MAX_RECORDS = 10_000
+MAX_HEADER_NAME = 255
+_RECORD_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "delay_ms", "deliver_at"})
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One record to write: to ``topic`` now, or (``due_ms`` set) through the delay store."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    partition: int | None = None
+    due_ms: int | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.key or b"") + len(self.value or b"") + sum(len(n) + len(v) for n, v in self.headers) + 64
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    field: str
+    error: str
+
+    def result(self) -> dict[str, str]:
+        return {"error": self.error, "field": self.field}
+
+
+def check_topic(topic: str, field: str = "topic") -> str:
+    if not delay.valid_topic_name(topic):
+        raise ValidationError(
+            field,
+            f"{topic[:80]!r} is not a valid Kafka topic name (1–249 of a-z A-Z 0-9 . _ -, not '.' or '..')",
+        )
+    return topic
+
+
+def parse_request(body: Any, topic: str, now_ms: int) -> list[Outgoing | Refused]:
+    """The records of a ``POST /api/v1/topics/{topic}/records`` body, in order."""
+    if not isinstance(body, dict):
+        raise ValidationError("records", 'the body must be a JSON object {"records": [...]}')
+    unknown = set(body) - {"records"}
+    if unknown:
+        raise ValidationError(sorted(unknown)[0], "unknown field; the body is {\"records\": [...]}")
+    records = body.get("records")
+    if not isinstance(records, list) or not records:
+        raise ValidationError("records", "must be a non-empty list of records")
+    if len(records) > MAX_RECORDS:
+        raise ValidationError("records", f"at most {MAX_RECORDS:,} records per request, got {len(records):,}")
+    return [parse_record(r, topic, f"records[{i}]", now_ms) for i, r in enumerate(records)]
+
+
+def parse_record(raw: Any, topic: str, path: str, now_ms: int) -> Outgoing | Refused:
+    """One record R of §9, or why it is refused."""
+    try:
+        return _record(raw, topic, path, now_ms)
+    except ValidationError as exc:
+        return Refused(exc.field, exc.message)
+
+
+def _record(raw: Any, topic: str, path: str, now_ms: int) -> Outgoing:
+    if not isinstance(raw, dict):
+        raise ValidationError(path, "a record must be a JSON object")
+    unknown = set(raw) - _RECORD_FIELDS
+    if unknown:
+        raise ValidationError(f"{path}.{sorted(unknown)[0]}", f"unknown field; a record has {sorted(_RECORD_FIELDS)}")
+    key = raw.get("key")
+    if key is not None and not isinstance(key, str):
+        raise ValidationError(f"{path}.key", "must be a string or null")
+    if "value" in raw and "value_b64" in raw:
+        raise ValidationError(f"{path}.value_b64", "give value or value_b64, not both")
+    value = _b64(raw["value_b64"], f"{path}.value_b64") if "value_b64" in raw else json_value(raw.get("value"))
+    headers = parse_headers(raw.get("headers"), f"{path}.headers")
+    partition = raw.get("partition")
+    if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int) or partition < 0):
+        raise ValidationError(f"{path}.partition", "must be a partition number (an integer ≥ 0)")
+    due = parse_due(raw.get("delay_ms"), raw.get("deliver_at"), path, now_ms)
+    return Outgoing(topic, None if key is None else key.encode(), value, headers, partition, due)
+
+
+def json_value(value: Any) -> bytes | None:
+    """§9: a JSON string is written as its bare text, any other JSON value as its UTF-8 JSON text."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    return orjson.dumps(value)
+
+
+def _b64(raw: Any, field: str) -> bytes:
+    if not isinstance(raw, str):
+        raise ValidationError(field, "must be a base64 string")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValidationError(field, "is not valid base64 (RFC 4648, with padding)") from None
+
+
+def parse_headers(raw: Any, field: str) -> list[tuple[str, bytes]]:
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        raise ValidationError(field, "must be an object of header name → string value")
+    out = []
+    for name, value in raw.items():
+        if not name or len(name) > MAX_HEADER_NAME:
+            raise ValidationError(field, f"header names must be 1–{MAX_HEADER_NAME} characters")
+        if not isinstance(value, str):
+            raise ValidationError(f"{field}.{name}", "must be a string")
+        out.append((name, value.encode()))
+    return out
+
+
+def parse_due(delay_ms: Any, deliver_at: Any, path: str, now_ms: int) -> int | None:
+    """The due time of a delayed record (epoch ms), None for a record written now."""
+    if delay_ms is None and deliver_at is None:
+        return None
+    if delay_ms is not None and deliver_at is not None:
+        raise ValidationError(f"{path}.deliver_at", "give delay_ms or deliver_at, not both")
+    name, raw = ("delay_ms", delay_ms) if delay_ms is not None else ("deliver_at", deliver_at)
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < (1 if name == "delay_ms" else 0):
+        what = "a delay in milliseconds (an integer ≥ 1)" if name == "delay_ms" else "epoch milliseconds (an integer)"
+        raise ValidationError(f"{path}.{name}", f"must be {what}")
+    due = now_ms + raw if name == "delay_ms" else raw
+    try:
+        delay.check_delay(due, now_ms)
+    except delay.InvalidSchedule as exc:
+        raise ValidationError(f"{path}.{name}", str(exc)) from None
+    return due
+
+
+# --- the seed's route: POST /v1/kafka/send -------------------------------------------------------
+
+
+def parse_seed(body: Any, now_ms: int) -> Outgoing:
+    """The body of the seed producer proxy's ``POST /v1/kafka/send`` (§9):
+    ``{"topic", "payload", "key"?, "headers"?}``; an ``x-delay`` header (whole seconds) delays it."""
+    if not isinstance(body, dict):
+        raise ValidationError("topic", 'the body must be a JSON object {"topic": ..., "payload": ...}')
+    topic = body.get("topic")
+    if not isinstance(topic, str):
+        raise ValidationError("topic", "is required (a string)")
+    check_topic(topic)
+    payload = body.get("payload")
+    if not isinstance(payload, str):
+        raise ValidationError("payload", "is required (a string)")
+    key = body.get("key")
+    if key is not None and not isinstance(key, str):
+        raise ValidationError("key", "must be a string")
+    headers = parse_headers(body.get("headers"), "headers")
+    due = None
+    rest = []
+    for name, value in headers:
+        if name.lower() != "x-delay":
+            rest.append((name, value))
+            continue
+        try:
+            seconds = int(value.decode())
+        except ValueError:
+            seconds = 0
+        if seconds <= 0:
+            raise ValidationError("headers.x-delay", "must be a whole number of seconds > 0")
+        try:
+            due = parse_due(seconds * 1000, None, "headers", now_ms)
+        except ValidationError as exc:
+            raise ValidationError("headers.x-delay", exc.message) from None
+    return Outgoing(topic, None if key is None else key.encode(), payload.encode(), rest, None, due)
