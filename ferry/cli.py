@@ -34,6 +34,7 @@ def _parser() -> argparse.ArgumentParser:
         help="JSON file with a static assignment (subscriptions and partitions) instead of ZooKeeper",
     )
     sub.add_parser("portal", help="run the portal: REST API and web UI")
+    sub.add_parser("gateway", help="run a gateway: produce to Kafka over HTTP")
     sub.add_parser("migrate", help="apply database migrations to FERRY_DB_URL (idempotent)")
 
     replay = sub.add_parser("replay", help="Spark offset replay: timelines, handoffs, report")
@@ -72,6 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ferry.portal import service as portal_service
 
             return portal_service.main(settings)
+        if args.command == "gateway":
+            from ferry.gateway import service as gateway_service
+
+            return gateway_service.main(settings)
         if args.command == "migrate":
             from ferry.migrations import runner
 

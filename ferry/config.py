@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Callable, Mapping
@@ -41,6 +42,13 @@ class KafkaSettings:
     """The log-compacted topic holding each partition's merged offset state."""
     fetch_wait_max_ms: int = 10
     """How long the broker may hold a fetch for data; it bounds idle delivery latency."""
+    delay_topic: str = "__ferry_delay"
+    """Where delayed records wait to be scheduled (plain producers write here with ``ferry-deliver-at``
+    and ``ferry-target-topic``; invalid ones go to ``<delay_topic>.dlq``)."""
+    txn_topic: str = "__ferry_txn"
+    """The transaction log: prepared (half) messages and their outcomes."""
+    idempotency_topic: str = "__ferry_idempotency"
+    """The gateway's memory of ``Idempotency-Key`` answers (log-compacted, 24 h)."""
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration for one client: bootstrap, extra settings, then overrides."""
@@ -100,6 +108,28 @@ class PortalSettings:
 
 
 @dataclass(frozen=True)
+class GatewaySettings:
+    host: str = "127.0.0.1"
+    """Address the gateway listens on."""
+    port: int = 8081
+    """Port of the gateway (produce API, ``/metrics``, ``/healthz``)."""
+    max_in_flight_bytes: int = 64 * 1024 * 1024
+    """Bytes of records accepted but not yet acknowledged by the brokers; beyond it requests are
+    answered 503 with ``Retry-After`` at once, so memory stays bounded whatever the load."""
+    produce_timeout_ms: int = 15_000
+    """How long a record may wait for the brokers' acknowledgement before its request gives up on it."""
+    token_cache_ms: int = 10_000
+    """How long a token looked up in the database is trusted: a token revoked in the portal stops
+    working within this time. Known tokens keep working while the database is down."""
+    read_timeout_ms: int = 10_000
+    """A client must send a request's headers and body within this time (slow clients are cut off)."""
+    linger_ms: int = 5
+    """How long the producer waits to fill a batch: requests from many clients share batches."""
+    txn_max_checks: int = 15
+    """Back-checks of a transaction answered unknown before it is rolled back."""
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str = "INFO"
     format: str = "json"
@@ -118,6 +148,7 @@ class Settings:
     worker: WorkerSettings = field(default_factory=WorkerSettings)
     coordinator: CoordinatorSettings = field(default_factory=CoordinatorSettings)
     portal: PortalSettings = field(default_factory=PortalSettings)
+    gateway: GatewaySettings = field(default_factory=GatewaySettings)
     log: LogSettings = field(default_factory=LogSettings)
 
 
@@ -184,10 +215,22 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FERRY_ADMIN_TOKEN", "portal.admin_token", _str, secret=True),
     Setting("FERRY_ENDPOINT_ALLOW", "portal.endpoint_allow", _csv),
     Setting("FERRY_MAX_BODY_BYTES", "portal.max_body_bytes", _int),
+    Setting("FERRY_DELAY_TOPIC", "kafka.delay_topic", _str),
+    Setting("FERRY_TXN_TOPIC", "kafka.txn_topic", _str),
+    Setting("FERRY_IDEMPOTENCY_TOPIC", "kafka.idempotency_topic", _str),
+    Setting("FERRY_GATEWAY_HOST", "gateway.host", _str),
+    Setting("FERRY_GATEWAY_PORT", "gateway.port", _int),
+    Setting("FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES", "gateway.max_in_flight_bytes", _int),
+    Setting("FERRY_GATEWAY_PRODUCE_TIMEOUT_MS", "gateway.produce_timeout_ms", _int),
+    Setting("FERRY_GATEWAY_TOKEN_CACHE_MS", "gateway.token_cache_ms", _int),
+    Setting("FERRY_GATEWAY_READ_TIMEOUT_MS", "gateway.read_timeout_ms", _int),
+    Setting("FERRY_GATEWAY_LINGER_MS", "gateway.linger_ms", _int),
+    Setting("FERRY_TXN_MAX_CHECKS", "gateway.txn_max_checks", _int),
     Setting("FERRY_LOG_LEVEL", "log.level", _str),
     Setting("FERRY_LOG_FORMAT", "log.format", _str),
 )
 _BY_ENV = {s.env: s for s in SETTINGS}
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -226,12 +269,27 @@ def _validate(s: Settings) -> None:
     positive("FERRY_SUBSCRIPTION_POLL_MS", s.coordinator.subscription_poll_ms)
     positive("FERRY_TOPIC_POLL_MS", s.coordinator.topic_poll_ms)
     positive("FERRY_MAX_BODY_BYTES", s.portal.max_body_bytes)
+    positive("FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES", s.gateway.max_in_flight_bytes)
+    positive("FERRY_GATEWAY_PRODUCE_TIMEOUT_MS", s.gateway.produce_timeout_ms)
+    positive("FERRY_GATEWAY_TOKEN_CACHE_MS", s.gateway.token_cache_ms)
+    positive("FERRY_GATEWAY_READ_TIMEOUT_MS", s.gateway.read_timeout_ms)
+    positive("FERRY_TXN_MAX_CHECKS", s.gateway.txn_max_checks)
+    if s.gateway.linger_ms < 0:
+        raise ConfigError("FERRY_GATEWAY_LINGER_MS", "must be >= 0")
+    for name, topic in (
+        ("FERRY_DELAY_TOPIC", s.kafka.delay_topic),
+        ("FERRY_TXN_TOPIC", s.kafka.txn_topic),
+        ("FERRY_IDEMPOTENCY_TOPIC", s.kafka.idempotency_topic),
+    ):
+        if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
+            raise ConfigError(name, f"must be a Kafka topic name (a-z A-Z 0-9 . _ -), got {topic!r}")
     if s.kafka.fetch_wait_max_ms < 0:
         raise ConfigError("FERRY_FETCH_WAIT_MAX_MS", "must be >= 0")
     for name, value in (
         ("FERRY_WORKER_METRICS_PORT", s.worker.metrics_port),
         ("FERRY_COORDINATOR_METRICS_PORT", s.coordinator.metrics_port),
         ("FERRY_PORTAL_PORT", s.portal.port),
+        ("FERRY_GATEWAY_PORT", s.gateway.port),
     ):
         port(name, value)
     if not s.cluster or "/" in s.cluster:

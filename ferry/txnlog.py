@@ -92,7 +92,7 @@ class TxnLog:
         self._config = dict(client_config)
         self.topic = topic
         self.timeout_s = timeout_s
-        self._producer = kafka.producer(
+        self.producer = kafka.producer(
             {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": 2}, "txn-log"
         )
         self._reader = kafka.reader(self._config, "txn-reader")
@@ -109,7 +109,7 @@ class TxnLog:
         return self._partitions
 
     def close(self) -> None:
-        self._producer.flush(self.timeout_s)
+        self.producer.flush(self.timeout_s)
         self._reader.close()
 
     # --- writing ----------------------------------------------------------------------------
@@ -136,14 +136,14 @@ class TxnLog:
 
         value = encode({**entry, "ts": entry.get("ts", int(time.time() * 1000))})
         try:
-            self._producer.produce(self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
+            self.producer.produce(self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
         except (BufferError, KafkaException) as exc:
             raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {exc}") from None
         deadline = time.monotonic() + self.timeout_s
         while not done.is_set():
             if time.monotonic() > deadline:
                 raise TxnLogError(f"the transaction log {self.topic!r} did not acknowledge within {self.timeout_s:g} s")
-            self._producer.poll(0.05)
+            self.producer.poll(0.05)
         if result["err"] is not None:
             raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {result['err'].str()}")
         return int(result["offset"])

@@ -67,7 +67,7 @@ def parse_request(body: Any, topic: str, now_ms: int) -> list[Outgoing | Refused
         raise ValidationError("records", 'the body must be a JSON object {"records": [...]}')
     unknown = set(body) - {"records"}
     if unknown:
-        raise ValidationError(sorted(unknown)[0], "unknown field; the body is {\"records\": [...]}")
+        raise ValidationError(sorted(unknown)[0], 'unknown field; the body is {"records": [...]}')
     records = body.get("records")
     if not isinstance(records, list) or not records:
         raise ValidationError("records", "must be a non-empty list of records")

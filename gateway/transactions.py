@@ -26,8 +26,9 @@ from typing import Any
 
 from ferry import txn
 from ferry.errors import EndpointRefused, ValidationError
+from ferry.gateway.records import Outgoing
 from ferry.netguard import EndpointPolicy
-from ferry.txnlog import TxnId, TxnLog, parse_id
+from ferry.txnlog import TxnId, TxnLog, parse_id, stored_record
 
 Write = Callable[[str, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
 """Write a committed transaction's stored records (id, records) → one result per record, as §9."""
@@ -37,12 +38,12 @@ MAX_TIMEOUT_MS = 24 * 3600 * 1000
 
 class Transactions:
     def __init__(self, log: TxnLog, write: Write, policy: EndpointPolicy) -> None:
-        self._log = log
+        self.log = log
         self._write = write
         self._policy = policy
 
-    async def prepare(self, records: list[dict[str, Any]], check_url: Any, timeout_ms: Any) -> dict[str, Any]:
-        """Store a prepared transaction of already validated ``records`` (each with its ``topic``)."""
+    async def prepare(self, records: list[Outgoing], check_url: Any, timeout_ms: Any) -> dict[str, Any]:
+        """Store a prepared transaction of already validated ``records``."""
         if not isinstance(check_url, str) or not check_url.startswith(("http://", "https://")):
             raise ValidationError("check_url", "must be an http:// or https:// URL")
         try:
@@ -54,43 +55,43 @@ class Transactions:
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= MAX_TIMEOUT_MS:
             raise ValidationError("timeout_ms", f"must be an integer in 1..{MAX_TIMEOUT_MS}")
         entry = {
-            "records": records,
+            "records": [stored_record(r.topic, r.key, r.value, r.headers, r.partition) for r in records],
             "check_url": check_url,
             "timeout_ms": timeout_ms,
             "ts": int(time.time() * 1000),
         }
-        txn_id = await asyncio.to_thread(self._log.prepare, entry)
+        txn_id = await asyncio.to_thread(self.log.prepare, entry)
         return {"id": str(txn_id), "state": "prepared"}
 
     async def get(self, raw_id: str) -> dict[str, Any]:
         tid = _parse(raw_id)
-        state, _ = await asyncio.to_thread(self._log.read, tid)
+        state, _ = await asyncio.to_thread(self.log.read, tid)
         if state is None:
             raise txn.UnknownTransaction(_unknown(raw_id))
         return state.public()
 
     async def commit(self, raw_id: str) -> dict[str, Any]:
         tid = _parse(raw_id)
-        state, prepare = await asyncio.to_thread(self._log.read, tid)
+        state, prepare = await asyncio.to_thread(self.log.read, tid)
         answer = txn.decide(state, "commit", raw_id)
         if answer == "append":
-            at = await asyncio.to_thread(self._log.append, tid, {"kind": "commit", "by": "producer"})
-            state, prepare = await asyncio.to_thread(self._log.read, tid, at)
+            at = await asyncio.to_thread(self.log.append, tid, {"kind": "commit", "by": "producer"})
+            state, prepare = await asyncio.to_thread(self.log.read, tid, at)
             answer = txn.decide(state, "commit", raw_id)  # the first decision in the log stands
         assert state is not None and prepare is not None
         if answer == "same":
             return {"id": raw_id, "state": "committed", "results": state.results or []}
         results = await self._write(raw_id, list(prepare.get("records", ())))
-        await asyncio.to_thread(self._log.append, tid, {"kind": "committed", "results": results})
+        await asyncio.to_thread(self.log.append, tid, {"kind": "committed", "results": results})
         return {"id": raw_id, "state": "committed", "results": results}
 
     async def rollback(self, raw_id: str) -> dict[str, Any]:
         tid = _parse(raw_id)
-        state, _ = await asyncio.to_thread(self._log.read, tid)
+        state, _ = await asyncio.to_thread(self.log.read, tid)
         answer = txn.decide(state, "rollback", raw_id)
         if answer == "append":
-            at = await asyncio.to_thread(self._log.append, tid, {"kind": "rollback", "reason": "producer"})
-            state, _ = await asyncio.to_thread(self._log.read, tid, at)
+            at = await asyncio.to_thread(self.log.append, tid, {"kind": "rollback", "reason": "producer"})
+            state, _ = await asyncio.to_thread(self.log.read, tid, at)
             txn.decide(state, "rollback", raw_id)  # raises Conflict when a commit was logged first
         return {"id": raw_id, "state": "rolled_back"}
 

@@ -11,9 +11,10 @@ import contextlib
 import pytest
 
 from ferry import kafka, txn
+from ferry.gateway.records import Outgoing
 from ferry.gateway.transactions import Transactions
 from ferry.netguard import EndpointPolicy
-from ferry.txnlog import TxnLog, stored_record, write_records
+from ferry.txnlog import TxnLog, write_records
 from tests.support.kafka import create_topic
 
 pytestmark = pytest.mark.integration
@@ -47,8 +48,8 @@ def replicas(kafka_bootstrap: str, topic_name: str):  # type: ignore[no-untyped-
             log.close()
 
 
-def records_for(topic: str, n: int) -> list[dict]:  # type: ignore[type-arg]
-    return [stored_record(topic, f"k{i % 3}".encode(), f"v{i}".encode(), [("app", b"x")]) for i in range(n)]
+def records_for(topic: str, n: int) -> list[Outgoing]:
+    return [Outgoing(topic, f"k{i % 3}".encode(), f"v{i}".encode(), [("app", b"x")]) for i in range(n)]
 
 
 async def test_prepare_commit_and_repeat(replicas, kafka_bootstrap: str, topic_name: str) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,40 @@
+"""The gateway's Prometheus metrics (``GET /metrics``), one registry per gateway."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.records = Counter(
+            "ferry_gateway_records",
+            "Records written (or scheduled) per target topic.",
+            ["topic"],
+            registry=self.registry,
+        )
+        self.bytes = Counter(
+            "ferry_gateway_bytes", "Bytes of records written per target topic.", ["topic"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "ferry_gateway_request_seconds",
+            "Produce requests: from the body read to every record acknowledged.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "ferry_gateway_errors",
+            "Refused requests and records by kind (auth, forbidden, unknown_topic, bad_request, too_large, "
+            "unavailable, record_refused, record_failed, http).",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "ferry_gateway_in_flight_bytes", "Bytes sent to Kafka and not yet acknowledged.", registry=self.registry
+        )
+        self.replayed = Counter(
+            "ferry_gateway_idempotent_replays",
+            "Requests answered from an earlier one (Idempotency-Key).",
+            registry=self.registry,
+        )

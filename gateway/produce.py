@@ -1,0 +1,130 @@
+"""Writing a request's records: the one operation behind every produce route of the gateway.
+
+Use case: the native route, the seed's ``/v1/kafka/send`` and a transaction's commit all end here
+with validated records (:mod:`ferry.gateway.records`). :func:`write` sends every record of the
+request into the shared producer at once (librdkafka batches them with other requests' records)
+and waits for all acknowledgements, so the answer says, per record, exactly what happened:
+
+- ``{"partition", "offset"}`` — written and acknowledged by the brokers (``acks=all``);
+- ``{"scheduled": true, "id", "deliver_at"}`` — a delayed record, written to ``FERRY_DELAY_TOPIC``
+  with ``ferry-deliver-at`` and ``ferry-target-topic`` (docs/contract.md §10); the delay store
+  writes it to its topic when due. A due time already past is written to its topic at once;
+- ``{"error", "field"}`` — refused on its own (bad input, a partition the topic does not have);
+- ``{"error"}`` — Kafka did not acknowledge it (timeout, broker error): it may or may not be there.
+
+Order: records of one request are sent in request order, and the producer is idempotent with
+``acks=all``, so records of one request with the same key (same partition) are written in request
+order; so are those of successive requests on one connection, since a request is answered only
+after its records are acknowledged.
+
+:class:`Unavailable` (503 + ``Retry-After``) is raised when Kafka could take none of the records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException
+
+from ferry import delay
+from ferry.errors import FerryError
+from ferry.gateway.producer import Busy, Producer
+from ferry.gateway.records import Outgoing, Refused
+
+
+class Unavailable(FerryError):
+    """Kafka took none of the request's records; retry after ``retry_after_s``."""
+
+    def __init__(self, message: str, retry_after_s: int, results: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+        self.results = results
+
+
+@dataclass
+class Written:
+    results: list[dict[str, Any]]
+    records: int = 0  # written now
+    scheduled: int = 0
+    refused: int = 0
+    failed: int = 0
+    bytes: int = 0
+
+
+def delay_record(rec: Outgoing, due_ms: int) -> Outgoing:
+    """The record as it waits in the delay topic: its target and due time in headers (§10)."""
+    headers = [
+        *rec.headers,
+        (delay.DELIVER_AT_HEADER, str(due_ms).encode()),
+        (delay.TARGET_TOPIC_HEADER, rec.topic.encode()),
+    ]
+    return Outgoing(rec.topic, rec.key, rec.value, headers)
+
+
+async def write(
+    producer: Producer,
+    records: list[Outgoing | Refused],
+    *,
+    partitions: dict[str, int],
+    delay_topic: str,
+    now_ms: int,
+) -> Written:
+    """Send every valid record, wait for every acknowledgement, and say what happened to each.
+    ``partitions``: the partition count of every target topic of ``records``."""
+    pending: list[tuple[int, asyncio.Future[tuple[int, int]], int | None]] = []
+    results: list[dict[str, Any] | None] = [None] * len(records)
+    out = Written([])
+    busy: Busy | None = None
+    for i, rec in enumerate(records):
+        if isinstance(rec, Refused):
+            results[i] = rec.result()
+            out.refused += 1
+            continue
+        count = partitions[rec.topic]
+        if rec.partition is not None and rec.partition >= count:
+            results[i] = {
+                "error": f"topic {rec.topic!r} has partitions 0-{count - 1}",
+                "field": f"records[{i}].partition",
+            }
+            out.refused += 1
+            continue
+        if busy is not None:
+            results[i] = {"error": str(busy)}
+            out.failed += 1
+            continue
+        due = rec.due_ms if rec.due_ms is not None and rec.due_ms > now_ms else None
+        try:
+            fut = producer.send(rec) if due is None else producer.send(delay_record(rec, due), topic=delay_topic)
+        except Busy as exc:
+            busy = exc
+            results[i] = {"error": str(exc)}
+            out.failed += 1
+            continue
+        pending.append((i, fut, due))
+        out.bytes += rec.size
+    if busy is not None and not pending and out.refused == 0:
+        raise Unavailable(str(busy), busy.retry_after_s, [r or {} for r in results])
+    acked = await asyncio.gather(*(f for _, f, _ in pending), return_exceptions=True)
+    for (i, _, due), got in zip(pending, acked, strict=True):
+        if isinstance(got, BaseException):
+            results[i] = {"error": f"not acknowledged by Kafka: {_reason(got)}"}
+            out.failed += 1
+        elif due is None:
+            results[i] = {"partition": got[0], "offset": got[1]}
+            out.records += 1
+        else:
+            results[i] = {"scheduled": True, "id": f"{delay_topic}/{got[0]}/{got[1]}", "deliver_at": due}
+            out.scheduled += 1
+    out.results = [r or {} for r in results]
+    if out.failed and not (out.records or out.scheduled or out.refused):
+        raise Unavailable("Kafka acknowledged none of the records; retry shortly", 2, out.results)
+    return out
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, KafkaException) and exc.args:
+        err = exc.args[0]
+        return str(err.str()) if hasattr(err, "str") else str(err)
+    return f"{type(exc).__name__}: {exc}"

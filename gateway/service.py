@@ -1,0 +1,171 @@
+"""``ferry gateway``: produce to Kafka over HTTP (docs/gateway.md).
+
+The story of one gateway process: read the settings; open the producer, the topic cache, the token
+cache over the metadata database, the idempotency memory and the transaction log; listen; on
+SIGTERM stop taking requests, let the ones in flight finish (their records are acknowledged or
+failed), flush, and exit. The gateway keeps no state of its own: any number of replicas serve the
+same clients, and a restarted one forgets nothing that matters (keys and transactions are in Kafka).
+
+Slow clients cannot hold it: a connection must deliver a request's headers within
+``FERRY_GATEWAY_READ_TIMEOUT_MS`` of opening (or of its previous answer), and the body within the
+same time after the headers; otherwise it is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from ferry import db, log
+from ferry.config import Settings
+from ferry.gateway.app import Gateway, create_app
+from ferry.gateway.idempotency import Idempotency
+from ferry.gateway.metrics import GatewayMetrics
+from ferry.gateway.producer import Producer
+from ferry.gateway.tokens import TokenCache
+from ferry.gateway.topics import TopicCache
+from ferry.gateway.transactions import Transactions
+from ferry.netguard import EndpointPolicy
+from ferry.txnlog import TxnLog, write_records
+
+_log = log.get_logger(__name__)
+
+
+class _Guarded(RequestHandler):
+    """A connection that must bring each request's headers within ``read_timeout_s``."""
+
+    read_timeout_s = 10.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._guard: asyncio.TimerHandle | None = None
+        self.arm()
+
+    def arm(self) -> None:
+        self.disarm()
+        self._guard = asyncio.get_running_loop().call_later(self.read_timeout_s, self._too_slow)
+
+    def disarm(self) -> None:
+        if getattr(self, "_guard", None) is not None:
+            self._guard.cancel()  # type: ignore[union-attr]
+            self._guard = None
+
+    def _too_slow(self) -> None:
+        self.force_close()
+        if self.transport is not None:
+            self.transport.close()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.disarm()
+        super().connection_lost(exc)
+
+
+class _Server(web.Server):
+    def __call__(self) -> RequestHandler:
+        return _Guarded(self, loop=self._loop, **self._kwargs)
+
+
+class _Runner(web.AppRunner):
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = _Server  # the same server, making guarded connections
+        return server
+
+
+@web.middleware
+async def header_clock(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Headers are in: stop the connection's clock; start it again for the next request."""
+    protocol = request.protocol
+    if isinstance(protocol, _Guarded):
+        protocol.disarm()
+    try:
+        return await handler(request)
+    finally:
+        if isinstance(protocol, _Guarded):
+            protocol.arm()
+
+
+@web.middleware
+async def body_deadline(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The body must arrive within the read timeout after the headers (an authorized request's)."""
+    if request.body_exists:
+        try:
+            await asyncio.wait_for(request.read(), timeout=_Guarded.read_timeout_s)
+        except TimeoutError:
+            if isinstance(request.protocol, _Guarded):
+                request.protocol.force_close()
+            raise web.HTTPRequestTimeout(reason="the request body did not arrive in time") from None
+    return await handler(request)
+
+
+def build(settings: Settings) -> Gateway:
+    """Blocking: every part of a gateway, connected (the CLI, ``ferry dev`` and tests use this)."""
+    kafka_config = settings.kafka.client_config()
+    g = settings.gateway
+    producer = Producer(
+        kafka_config,
+        max_in_flight_bytes=g.max_in_flight_bytes,
+        produce_timeout_ms=g.produce_timeout_ms,
+        linger_ms=g.linger_ms,
+    )
+    engine = db.make_engine(settings.database.url)
+    txn_log = TxnLog(kafka_config, topic=settings.kafka.txn_topic)
+
+    async def write(txn_id: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(write_records, txn_log.producer, txn_id, records, g.produce_timeout_ms / 1000)
+
+    return Gateway(
+        producer=producer,
+        topics=TopicCache(kafka_config),
+        tokens=TokenCache(engine, settings.portal.admin_token, g.token_cache_ms / 1000),
+        idempotency=Idempotency(kafka_config, settings.kafka.idempotency_topic, wait_s=g.produce_timeout_ms / 1000),
+        transactions=Transactions(txn_log, write, EndpointPolicy(settings.portal.endpoint_allow)),
+        metrics=GatewayMetrics(),
+        delay_topic=settings.kafka.delay_topic,
+        max_body_bytes=settings.portal.max_body_bytes,
+    )
+
+
+def main(settings: Settings) -> int:
+    return asyncio.run(serve(settings))
+
+
+async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
+    gw = await asyncio.to_thread(build, settings)
+    loop = asyncio.get_running_loop()
+    gw.producer.start(loop)
+    if gw.idempotency is not None:
+        await asyncio.to_thread(gw.idempotency.start, loop)
+    if gw.transactions is not None:
+        await asyncio.to_thread(gw.transactions.log.ensure)
+    _Guarded.read_timeout_s = settings.gateway.read_timeout_ms / 1000
+    app = create_app(gw)
+    app.middlewares.insert(0, header_clock)
+    app.middlewares.append(body_deadline)
+    runner = _Runner(app, access_log=None, keepalive_timeout=settings.gateway.read_timeout_ms / 1000)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.gateway.host, settings.gateway.port)
+    await site.start()
+    port = runner.addresses[0][1] if runner.addresses else settings.gateway.port
+    url = f"http://{settings.gateway.host}:{port}"
+    _log.info("gateway.listening", host=settings.gateway.host, port=port, url=url)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()  # stops listening, lets requests in flight finish
+        left = await asyncio.to_thread(gw.producer.close)
+        if gw.idempotency is not None:
+            await asyncio.to_thread(gw.idempotency.close)
+        if gw.transactions is not None:
+            await asyncio.to_thread(gw.transactions.log.close)
+        _log.info("gateway.stopped", unacknowledged=left)
+    return 0

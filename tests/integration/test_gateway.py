@@ -1,0 +1,174 @@
+"""The gateway on the real broker and a real metadata database: both routes write what they say,
+bad input is refused with its field and writes nothing, tokens and topic patterns are enforced,
+and every answer has the shape of docs/contract.md §9."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ferry import db, kafka
+from ferry.devstack.embedded import ServiceProcess
+from ferry.migrations import runner
+from tests.support.gateway import ADMIN, client, gateway_process, url
+from tests.support.kafka import create_topic
+
+pytestmark = pytest.mark.integration
+
+
+def read(bootstrap: str, topic: str) -> list[tuple[int, int, bytes | None, bytes | None, list]]:  # type: ignore[type-arg]
+    out = []
+
+    def take(msg) -> None:  # type: ignore[no-untyped-def]
+        out.append((msg.partition(), msg.offset(), msg.key(), msg.value(), msg.headers() or []))
+
+    kafka.read_to_end({"bootstrap.servers": bootstrap}, topic, take)
+    return sorted(out)
+
+
+@pytest.fixture()
+def db_url(tmp_path: Path) -> str:
+    url_ = f"sqlite:///{tmp_path}/meta.db"
+    runner.upgrade(url_)
+    return url_
+
+
+@pytest.fixture()
+def gateway(tmp_path: Path, kafka_bootstrap: str, db_url: str) -> Iterator[ServiceProcess]:
+    proc = gateway_process(tmp_path, kafka_bootstrap, db_url, FERRY_MAX_BODY_BYTES="200000").start()
+    try:
+        proc.wait_ready(60)
+        yield proc
+    finally:
+        proc.stop()
+
+
+def make_token(db_url: str, scope: str, topics: list[str] | None = None) -> str:
+    engine = db.make_engine(db_url)
+    try:
+        with db.session(engine) as s:
+            _, plain = db.create_token(s, f"t-{scope}", scope, "test", topics)  # type: ignore[arg-type]
+        return plain
+    finally:
+        engine.dispose()
+
+
+def test_native_route_writes_and_answers_offsets(
+    gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str
+) -> None:
+    create_topic(kafka_bootstrap, topic_name, 3)
+    body = {
+        "records": [
+            {"key": "k1", "value": {"n": 1}},
+            {"key": "k1", "value": "plain text", "headers": {"h": "v"}},
+            {"key": None, "value_b64": base64.b64encode(b"\x00\xff").decode(), "partition": 2},
+            {"value": None, "partition": 1},
+        ]
+    }
+    with client(gateway) as c:
+        r = c.post(f"/api/v1/topics/{topic_name}/records", json=body)
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    assert [set(x) for x in results] == [{"partition", "offset"}] * 4
+    assert results[2]["partition"] == 2 and results[3]["partition"] == 1
+    assert results[0]["partition"] == results[1]["partition"] and results[1]["offset"] == results[0]["offset"] + 1
+    got = {(p, o): (k, v, h) for p, o, k, v, h in read(kafka_bootstrap, topic_name)}
+    assert got[(results[0]["partition"], results[0]["offset"])][:2] == (b"k1", b'{"n":1}')
+    assert got[(results[1]["partition"], results[1]["offset"])] == (b"k1", b"plain text", [("h", b"v")])
+    assert got[(2, results[2]["offset"])][:2] == (None, b"\x00\xff")
+    assert got[(1, results[3]["offset"])][:2] == (None, None)
+
+
+def test_seed_route_as_the_seed_documents_it(gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str) -> None:
+    create_topic(kafka_bootstrap, topic_name, 1)
+    body = {"headers": {"content": "goods", "instant": "yes"}, "topic": topic_name, "payload": "hello proxy"}
+    with client(gateway) as c:
+        ok = c.post("/v1/kafka/send", json=body)
+        missing = c.post("/v1/kafka/send", json={"topic": topic_name})
+        unknown = c.post("/v1/kafka/send", json={**body, "topic": f"{topic_name}-nope"})
+    assert ok.status_code == 200 and ok.json() == {"code": 0, "message": "ok", "partition": 0, "offset": 0}
+    assert missing.status_code == 400 and missing.json()["code"] != 0 and "payload" in missing.json()["message"]
+    assert unknown.status_code == 404 and unknown.json()["code"] != 0
+    [(_, _, key, value, headers)] = read(kafka_bootstrap, topic_name)
+    assert (key, value, dict(headers)) == (None, b"hello proxy", {"content": b"goods", "instant": b"yes"})
+
+
+@pytest.mark.parametrize(
+    ("record", "field"),
+    [
+        ({"value": "a", "value_b64": "YQ=="}, "records[1].value_b64"),
+        ({"value_b64": "not base64!"}, "records[1].value_b64"),
+        ({"key": 7}, "records[1].key"),
+        ({"headers": {"h": 1}}, "records[1].headers.h"),
+        ({"headers": {"": "x"}}, "records[1].headers"),
+        ({"partition": 99}, "records[1].partition"),
+        ({"partition": -1}, "records[1].partition"),
+        ({"delay_ms": 91 * 24 * 3600 * 1000}, "records[1].delay_ms"),
+        ({"delay_ms": 5, "deliver_at": 1}, "records[1].deliver_at"),
+        ({"colour": "red"}, "records[1].colour"),
+        ("not an object", "records[1]"),
+    ],
+)
+def test_a_bad_record_is_refused_alone(
+    gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str, record: object, field: str
+) -> None:
+    create_topic(kafka_bootstrap, topic_name, 2)
+    with client(gateway) as c:
+        r = c.post(f"/api/v1/topics/{topic_name}/records", json={"records": [{"value": "ok"}, record]})
+    assert r.status_code == 200, r.text
+    good, bad = r.json()["results"]
+    assert set(good) == {"partition", "offset"}
+    assert bad["field"] == field and bad["error"]
+    assert [v for *_, v, _ in read(kafka_bootstrap, topic_name)] == [b"ok"]
+
+
+def test_bad_requests(gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str) -> None:
+    create_topic(kafka_bootstrap, topic_name, 1)
+    path = f"/api/v1/topics/{topic_name}/records"
+    with client(gateway) as c:
+        malformed = c.post(path, content=b"{not json", headers={"Content-Type": "application/json"})
+        too_many = c.post(path, json={"records": [{"value": 1}] * 10_001})
+        empty = c.post(path, json={"records": []})
+        too_big = c.post(path, json={"records": [{"value": "x" * 300_000}]})
+        slash = c.post("/api/v1/topics/a%2Fb/records", json={"records": [{"value": 1}]})
+        dots = c.post("/api/v1/topics/../records", json={"records": [{"value": 1}]})
+        unknown = c.post(f"/api/v1/topics/{topic_name}-nope/records", json={"records": [{"value": 1}]})
+    assert (malformed.status_code, malformed.json()["field"]) == (400, "body")
+    assert too_many.status_code in (400, 413)
+    assert (empty.status_code, empty.json()["field"]) == (400, "records")
+    assert too_big.status_code == 413 and "FERRY_MAX_BODY_BYTES" in too_big.json()["error"]
+    assert slash.status_code in (400, 404) and dots.status_code in (400, 404)
+    assert (unknown.status_code, unknown.json()["field"]) == (404, "topic")
+    assert read(kafka_bootstrap, topic_name) == []
+
+
+def test_tokens_and_topic_patterns(gateway: ServiceProcess, kafka_bootstrap: str, db_url: str, topic_name: str) -> None:
+    create_topic(kafka_bootstrap, topic_name, 1)
+    create_topic(kafka_bootstrap, f"{topic_name}.audit", 1)
+    produce = make_token(db_url, "produce", [f"{topic_name}.*"])
+    reader = make_token(db_url, "read")
+    body = {"records": [{"value": 1}]}
+    with httpx.Client(base_url=url(gateway), timeout=30) as c:
+        none = c.post(f"/api/v1/topics/{topic_name}/records", json=body)
+        wrong = c.post(f"/api/v1/topics/{topic_name}/records", json=body, headers={"Authorization": "Bearer nope"})
+        read_only = c.post(
+            f"/api/v1/topics/{topic_name}/records", json=body, headers={"Authorization": f"Bearer {reader}"}
+        )
+        other = c.post(
+            f"/api/v1/topics/{topic_name}/records", json=body, headers={"Authorization": f"Bearer {produce}"}
+        )
+        allowed = c.post(
+            f"/api/v1/topics/{topic_name}.audit/records", json=body, headers={"Authorization": f"Bearer {produce}"}
+        )
+        admin = c.post(f"/api/v1/topics/{topic_name}/records", json=body, headers={"Authorization": f"Bearer {ADMIN}"})
+        health = c.get("/healthz")
+        spec = c.get("/api/v1/openapi.json", headers={"Authorization": f"Bearer {ADMIN}"})
+    assert none.status_code == 401 and wrong.status_code == 401
+    assert read_only.status_code == 403 and other.status_code == 403 and other.json()["field"] == "topic"
+    assert allowed.status_code == 200 and admin.status_code == 200
+    assert health.status_code == 200 and spec.json()["openapi"].startswith("3.")
+    assert len(read(kafka_bootstrap, topic_name)) == 1 and len(read(kafka_bootstrap, f"{topic_name}.audit")) == 1
