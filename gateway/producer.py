@@ -24,6 +24,7 @@ acknowledged again, or 5 s pass, sends are refused).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Mapping
@@ -64,7 +65,9 @@ class Producer:
         self._acked_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        config = {
+        self._rebuild = False
+        self._swap = threading.Lock()
+        self._config = {
             **client_config,
             "enable.idempotence": True,
             "acks": "all",
@@ -74,7 +77,7 @@ class Producer:
             "queue.buffering.max.messages": 1_000_000,
             "error_cb": self._on_error,
         }
-        self._p = kafka.producer(config, "gateway")
+        self._p = kafka.producer(self._config, "gateway")
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -124,16 +127,24 @@ class Producer:
         if rec.partition is not None:
             kwargs["partition"] = rec.partition
         try:
-            self._p.produce(
-                topic or rec.topic,
-                value=rec.value,
-                key=rec.key,
-                headers=cast(Any, rec.headers),
-                on_delivery=on_delivery,
-                **kwargs,
-            )
+            with self._swap:
+                self._p.produce(
+                    topic or rec.topic,
+                    value=rec.value,
+                    key=rec.key,
+                    headers=cast(Any, rec.headers),
+                    on_delivery=on_delivery,
+                    **kwargs,
+                )
         except BufferError:
             raise Busy("the gateway's Kafka queue is full; retry shortly") from None
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.fatal():
+                self._rebuild = True
+            raise Busy(
+                f"Kafka refused the record now ({err.str() if isinstance(err, KafkaError) else exc}); retry"
+            ) from None
         self.in_flight_bytes += size
         return fut
 
@@ -141,7 +152,13 @@ class Producer:
 
     def _poll_forever(self) -> None:
         while not self._stop.is_set():
-            self._p.poll(0.05)
+            if self._rebuild:
+                self._replace()
+            try:
+                self._p.poll(0.05)
+            except KafkaException as exc:  # a fatal error surfaces here too: replace, never die
+                _log.warning("gateway.producer_error", error=str(exc)[:300])
+                self._rebuild = True
             with self._acked_lock:
                 acked, self._acked = self._acked, []
             if acked and self._loop is not None:
@@ -159,9 +176,28 @@ class Producer:
                 self._down_since = None
                 fut.set_result((partition, offset))
             else:
+                if err.code() == KafkaError._MSG_TIMED_OUT and not self._rebuild:
+                    # Not acknowledged in produce_timeout_ms: a cluster that restarted without our
+                    # producer's state never will; a fresh producer (new producer id) recovers.
+                    self._rebuild = True
                 fut.set_exception(KafkaException(err))
 
+    def _replace(self) -> None:
+        """The idempotent producer hit a fatal error (e.g. the brokers lost its producer state, as a
+        restarted cluster does): records still queued in it fail (their requests say so), and a new
+        producer takes its place."""
+        with self._swap:
+            old, self._p = self._p, kafka.producer(self._config, "gateway")
+            self._rebuild = False
+        for step in (old.purge, lambda: old.poll(0), lambda: old.flush(0)):  # purged records fail
+            with contextlib.suppress(KafkaException):
+                step()
+        _log.warning("gateway.producer_replaced", reason="fatal idempotent-producer error")
+
     def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._rebuild = True
+            return
         if err.code() == KafkaError._ALL_BROKERS_DOWN:
             if self._down_since is None:
                 _log.warning("gateway.kafka_down", error=err.str())
