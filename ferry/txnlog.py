@@ -165,8 +165,10 @@ class TxnLog:
         stop = {tp: up_to + 1} if up_to is not None else None
         with self._read_lock:
             try:
+                # An id naming an offset past the end (made up, or from a lost log) gets no end from
+                # some brokers: after a second the partition is read from its start instead.
                 kafka.read_partitions_to_end(
-                    self._reader, {tp: txn_id.offset}, take, stop_at=stop, timeout_s=self.timeout_s
+                    self._reader, {tp: txn_id.offset}, take, stop_at=stop, timeout_s=self.timeout_s, rewind_after_s=1.0
                 )
             except kafka.KafkaUnavailable as exc:
                 raise TxnLogError(f"cannot read the transaction log {self.topic!r}: {exc}") from None

@@ -30,6 +30,7 @@ from ferry.gateway.producer import Busy, Producer
 from ferry.gateway.tokens import Principal, TokenCache, TokensUnavailable
 from ferry.gateway.topics import TopicCache
 from ferry.gateway.transactions import Transactions
+from ferry.txnlog import TxnLogError
 
 _log = log.get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -279,6 +280,8 @@ async def txn_prepare(request: web.Request) -> web.Response:
         answer = await _txns(request).prepare(stored, doc.get("check_url"), doc.get("timeout_ms"))
     except ValidationError as exc:
         raise ApiError(400, exc.message, exc.field) from None
+    except TxnLogError as exc:
+        raise ApiError(503, f"the transaction log cannot be reached now: {exc}", retry_after_s=2) from None
     return _json(201, answer)
 
 
@@ -287,6 +290,8 @@ async def _verb(request: web.Request, call: Callable[[str], Awaitable[dict[str, 
         return _json(200, await call(request.match_info["id"]))
     except txn.TxnError as exc:
         raise ApiError(exc.status, str(exc), "id") from None
+    except (TxnLogError, Busy) as exc:
+        raise ApiError(503, f"the transaction log cannot be reached now: {exc}", retry_after_s=2) from None
 
 
 async def txn_commit(request: web.Request) -> web.Response:

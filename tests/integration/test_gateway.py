@@ -172,3 +172,54 @@ def test_tokens_and_topic_patterns(gateway: ServiceProcess, kafka_bootstrap: str
     assert allowed.status_code == 200 and admin.status_code == 200
     assert health.status_code == 200 and spec.json()["openapi"].startswith("3.")
     assert len(read(kafka_bootstrap, topic_name)) == 1 and len(read(kafka_bootstrap, f"{topic_name}.audit")) == 1
+
+
+def test_delayed_records_wait_in_the_delay_topic(
+    gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str
+) -> None:
+    create_topic(kafka_bootstrap, topic_name, 1)
+    create_topic(kafka_bootstrap, "__ferry_delay", 1)
+    body = {"records": [{"key": "k", "value": "later", "delay_ms": 60_000, "headers": {"a": "b"}}, {"value": "now"}]}
+    with client(gateway) as c:
+        r = c.post(f"/api/v1/topics/{topic_name}/records", json=body)
+        seed = c.post("/v1/kafka/send", json={"topic": topic_name, "payload": "p", "headers": {"x-delay": "30"}})
+        bad = c.post("/v1/kafka/send", json={"topic": topic_name, "payload": "p", "headers": {"x-delay": "soon"}})
+    assert r.status_code == 200, r.text
+    scheduled, now = r.json()["results"]
+    assert scheduled["scheduled"] is True and scheduled["id"].startswith("__ferry_delay/")
+    assert "offset" in now
+    assert seed.status_code == 200 and seed.json()["code"] == 0 and seed.json()["scheduled"] is True
+    assert bad.status_code == 400 and "x-delay" in bad.json()["message"]
+    assert [v for *_, v, _ in read(kafka_bootstrap, topic_name)] == [b"now"]
+    waiting = read(kafka_bootstrap, "__ferry_delay")
+    first = next(h for *_, v, h in waiting if v == b"later")
+    assert dict(first) == {
+        "a": b"b",
+        "ferry-deliver-at": str(scheduled["deliver_at"]).encode(),
+        "ferry-target-topic": topic_name.encode(),
+    }
+
+
+def test_transactions_over_http(gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str) -> None:
+    create_topic(kafka_bootstrap, topic_name, 1)
+    records = [{"topic": topic_name, "key": "o-1", "value": {"n": i}} for i in range(3)]
+    with client(gateway) as c:
+        prepared = c.post("/api/v1/transactions", json={"records": records, "check_url": "http://127.0.0.1:9/check"})
+        assert prepared.status_code == 201, prepared.text
+        tid = prepared.json()["id"]
+        assert c.get(f"/api/v1/transactions/{tid}").json() == {"id": tid, "state": "prepared", "checks": 0}
+        assert read(kafka_bootstrap, topic_name) == []
+        committed = c.post(f"/api/v1/transactions/{tid}/commit")
+        again = c.post(f"/api/v1/transactions/{tid}/commit")
+        conflict = c.post(f"/api/v1/transactions/{tid}/rollback")
+        missing = c.post("/api/v1/transactions/1.2.0123456789abcdef/commit")
+        bad_url = c.post("/api/v1/transactions", json={"records": records, "check_url": "http://169.254.169.254/x"})
+        bad_topic = c.post("/api/v1/transactions", json={"records": [{"value": 1}], "check_url": "http://127.0.0.1:9/"})
+    assert committed.status_code == 200 and committed.json()["state"] == "committed"
+    assert again.json() == committed.json()
+    assert conflict.status_code == 409 and missing.status_code == 404
+    assert bad_url.status_code == 400 and bad_url.json()["field"] == "check_url"
+    assert bad_topic.status_code == 400 and bad_topic.json()["field"] == "records[0].topic"
+    written = read(kafka_bootstrap, topic_name)
+    assert [dict(h)["ferry-transaction-seq"] for *_, h in written] == [b"0", b"1", b"2"]
+    assert {dict(h)["ferry-transaction-id"] for *_, h in written} == {tid.encode()}
