@@ -25,7 +25,19 @@ GOAL_S = 60.0
 
 def one_run(tmp: Path, timeout_s: float = 120.0) -> tuple[float, float]:
     data = tmp / "dev"
-    argv = [sys.executable, "-m", "ferry.cli", "dev", "--demo", "--portal-port", "0", "--kafka-port", "0"]
+    argv = [
+        sys.executable,
+        "-m",
+        "ferry.cli",
+        "dev",
+        "--demo",
+        "--portal-port",
+        "0",
+        "--gateway-port",
+        "0",
+        "--kafka-port",
+        "0",
+    ]
     argv += ["--zk-port", "0", "--data-dir", str(data)]
     t0 = time.monotonic()
     with (tmp / "dev.log").open("wb") as out:

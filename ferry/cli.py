@@ -20,6 +20,7 @@ def _parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="start the whole embedded stack on this machine")
     dev.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
     dev.add_argument("--portal-port", type=int, default=8080, help="portal port (0 = free port; default 8080)")
+    dev.add_argument("--gateway-port", type=int, default=8081, help="gateway port (0 = free port; default 8081)")
     dev.add_argument("--kafka-port", type=int, default=9092, help="broker port (0 = free port; default 9092)")
     dev.add_argument("--zk-port", type=int, default=2181, help="ZooKeeper port (0 = free port; default 2181)")
     dev.add_argument("--data-dir", default=".ferry-dev", help="state, logs and database (default ./.ferry-dev)")

@@ -8,7 +8,6 @@ realistic keyed JSON orders at R records/s until stopped.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import signal
@@ -20,6 +19,7 @@ from aiohttp import web
 
 from ferry import log
 
+_log = log.get_logger(__name__)
 DEMO_TOPIC = "demo.orders"
 DEMO_SUBSCRIPTION = "demo-orders"
 
@@ -51,10 +51,12 @@ def echo_app() -> web.Application:
     return app
 
 
-def produce(bootstrap: str, topic: str, rate: float) -> None:
-    from ferry import kafka
+def produce(gateway_url: str, token: str, topic: str, rate: float) -> None:
+    """Orders at ``rate`` per second, written through the gateway (the produce half of Ferry), one
+    small batch per second; a refused batch is logged and retried with the same Idempotency-Key."""
+    import httpx
 
-    p = kafka.producer({"bootstrap.servers": bootstrap, "linger.ms": 5}, "demo")
+    client = httpx.Client(base_url=gateway_url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
     running = True
 
     def stop(*_: Any) -> None:
@@ -66,24 +68,33 @@ def produce(bootstrap: str, topic: str, rate: float) -> None:
     rng = random.Random()
     i = 0
     started = time.monotonic()
+    run_id = f"{os.getpid()}-{int(time.time())}"
     while running:
-        customer = f"customer-{rng.randrange(20)}"
-        order = {
-            "order_id": i,
-            "customer": customer,
-            "amount": round(rng.uniform(5, 500), 2),
-            "ts": int(time.time() * 1000),
-        }
-        p.produce(
-            topic,
-            key=customer.encode(),
-            value=json.dumps(order).encode(),
-            headers=[("content-type", b"application/json")],
-        )
-        p.poll(0)
-        i += 1
+        batch = []
+        for _ in range(max(1, int(rate))):
+            customer = f"customer-{rng.randrange(20)}"
+            order = {
+                "order_id": i,
+                "customer": customer,
+                "amount": round(rng.uniform(5, 500), 2),
+                "ts": int(time.time() * 1000),
+            }
+            batch.append({"key": customer, "value": order, "headers": {"content-type": "application/json"}})
+            i += 1
+        key = f"demo-{run_id}-{i}"
+        while running:
+            try:
+                r = client.post(
+                    f"/api/v1/topics/{topic}/records", json={"records": batch}, headers={"Idempotency-Key": key}
+                )
+                if r.status_code == 200:
+                    break
+                _log.warning("demo.produce_refused", status=r.status_code, answer=r.text[:200])
+            except httpx.HTTPError as exc:
+                _log.warning("demo.produce_failed", error=str(exc))
+            time.sleep(1)
         time.sleep(max(0.0, started + i / rate - time.monotonic()))
-    p.flush(10)
+    client.close()
 
 
 def main() -> None:
@@ -92,7 +103,8 @@ def main() -> None:
     e = sub.add_parser("echo")
     e.add_argument("--port", type=int, required=True)
     pr = sub.add_parser("produce")
-    pr.add_argument("--bootstrap", required=True)
+    pr.add_argument("--gateway", required=True, help="the gateway's URL")
+    pr.add_argument("--token", default=os.environ.get("FERRY_ADMIN_TOKEN", ""))
     pr.add_argument("--topic", default=DEMO_TOPIC)
     pr.add_argument("--rate", type=float, default=5.0)
     a = ap.parse_args()
@@ -100,7 +112,7 @@ def main() -> None:
     if a.cmd == "echo":
         web.run_app(echo_app(), host="127.0.0.1", port=a.port, access_log=None, print=None)
     else:
-        produce(a.bootstrap, a.topic, a.rate)
+        produce(a.gateway, a.token, a.topic, a.rate)
 
 
 if __name__ == "__main__":

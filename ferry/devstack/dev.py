@@ -99,12 +99,12 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _post_json(url: str, token: str, doc: dict[str, Any]) -> int:
+def _post_json(url: str, token: str, doc: dict[str, Any], method: str = "POST") -> int:
     req = urllib.request.Request(  # noqa: S310 - loopback URL we built
         url,
         data=json.dumps(doc).encode(),
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-        method="POST",
+        method=method,
     )
     try:
         with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310
@@ -142,6 +142,7 @@ class DevStack:
         zk_port = _port(a.zk_port, "--zk-port")
         kafka_port = _port(a.kafka_port, "--kafka-port")
         portal_port = _port(a.portal_port, "--portal-port")
+        gateway_port = _port(a.gateway_port, "--gateway-port")
         zk = embedded.zookeeper(self.dir / "zookeeper", zk_port)
         broker = embedded.kafka_broker(self.dir / "kafka", kafka_port)
         for p in (zk, broker):
@@ -165,6 +166,8 @@ class DevStack:
             "FERRY_ADMIN_TOKEN": token,
             "FERRY_PORTAL_PORT": str(portal_port),
             "FERRY_PORTAL_HOST": "127.0.0.1",
+            "FERRY_GATEWAY_PORT": str(gateway_port),
+            "FERRY_GATEWAY_HOST": "127.0.0.1",
             "FERRY_WORKER_METRICS_PORT": "0",
             "FERRY_COORDINATOR_METRICS_PORT": "0",
             "FERRY_LOG_FORMAT": os.environ.get("FERRY_LOG_FORMAT", "text"),
@@ -177,9 +180,12 @@ class DevStack:
             wid = f"worker-{i}"
             self._python("worker", ["-m", "ferry.cli", "worker"], {**env, "FERRY_WORKER_ID": wid}, wid)
         self._python("portal", ["-m", "ferry.cli", "portal"], env)
+        self._python("gateway", ["-m", "ferry.cli", "gateway"], env)
         portal_url = f"http://127.0.0.1:{portal_port}"
+        gateway_url = f"http://127.0.0.1:{gateway_port}"
         self.state = {
             "portal_url": portal_url,
+            "gateway_url": gateway_url,
             "kafka_bootstrap": bootstrap,
             "zk_connect": zk_connect,
             "db_url": db_url,
@@ -187,19 +193,20 @@ class DevStack:
             "cluster": self.settings.cluster,
             "offsets_topic": self.settings.kafka.offsets_topic,
         }
-        self._wait_ready(zk_connect, portal_url, a.workers)
+        self._wait_ready(zk_connect, portal_url, a.workers, gateway_url)
         if a.demo:
-            self._demo(bootstrap, portal_url, token)
+            self._demo(bootstrap, portal_url, gateway_url, token)
         self._write_state()
         print(
             f"ferry dev is ready\n  portal:      {portal_url}  (admin token: {token})\n"
+            f"  gateway:     {gateway_url}\n"
             f"  kafka:       {bootstrap}\n  zookeeper:   {zk_connect}\n  state:       {self.dir / 'state.json'}\n"
             + (f"  demo echo:   {self.state['demo_endpoint_url']}\n" if a.demo else "")
             + "Stop with Ctrl-C.",
             flush=True,
         )
 
-    def _wait_ready(self, zk_connect: str, portal_url: str, workers: int) -> None:
+    def _wait_ready(self, zk_connect: str, portal_url: str, workers: int, gateway_url: str) -> None:
         from kazoo.client import KazooClient
 
         zk = KazooClient(hosts=zk_connect)
@@ -213,7 +220,8 @@ class DevStack:
                 self._check_children()
                 leader = zk.exists(zkpaths.leader(c)) is not None
                 registered = len(zk.get_children(zkpaths.workers(c))) if zk.exists(zkpaths.workers(c)) else 0
-                if leader and registered >= workers and _http_ok(f"{portal_url}/healthz"):
+                up = _http_ok(f"{portal_url}/healthz") and _http_ok(f"{gateway_url}/healthz")
+                if leader and registered >= workers and up:
                     return
                 if time.monotonic() > deadline:
                     raise FerryError(
@@ -225,7 +233,7 @@ class DevStack:
             zk.stop()
             zk.close()
 
-    def _demo(self, bootstrap: str, portal_url: str, token: str) -> None:
+    def _demo(self, bootstrap: str, portal_url: str, gateway_url: str, token: str) -> None:
         from ferry import kafka
         from ferry.devstack import demo
 
@@ -241,13 +249,14 @@ class DevStack:
                 raise FerryError("the demo echo endpoint did not start")
             time.sleep(0.1)
         demo_cli = ["-m", "ferry.devstack.demo"]
-        self._python("demo-producer", [*demo_cli, "produce", "--bootstrap", bootstrap, "--rate", "5"], {})
-        status = _post_json(
-            f"{portal_url}/api/v1/subscriptions",
-            token,
-            {"name": demo.DEMO_SUBSCRIPTION, "topics": [demo.DEMO_TOPIC], "endpoint": {"url": f"{echo_url}/hook"}},
-        )
-        if status not in (201, 409):
+        producer = [*demo_cli, "produce", "--gateway", gateway_url, "--rate", "5"]
+        self._python("demo-producer", producer, {"FERRY_ADMIN_TOKEN": token})
+        doc = {"name": demo.DEMO_SUBSCRIPTION, "topics": [demo.DEMO_TOPIC], "endpoint": {"url": f"{echo_url}/hook"}}
+        status = _post_json(f"{portal_url}/api/v1/subscriptions", token, doc)
+        if status == 409:
+            # Kept from an earlier run in this data directory: point it at this run's echo endpoint.
+            status = _post_json(f"{portal_url}/api/v1/subscriptions/{demo.DEMO_SUBSCRIPTION}", token, doc, method="PUT")
+        if status not in (200, 201):
             raise FerryError(f"registering the demo subscription failed with HTTP {status}")
         self.state["demo_endpoint_url"] = echo_url
 
@@ -301,7 +310,7 @@ class DevStack:
                     _log.error("dev.infra_exited", role=p.name, log=str(p.log_path), hint="restart ferry dev")
 
     def shutdown(self) -> None:
-        order = ["demo-producer", "portal", "worker", "demo-echo", "coordinator"]
+        order = ["demo-producer", "gateway", "portal", "worker", "demo-echo", "coordinator"]
         for role in order:
             for c in self.children:
                 if c.role == role:

@@ -29,6 +29,7 @@ def test_dev_stack_delivers_and_stops_cleanly(tmp_path: Path, endpoint: Endpoint
         s = stack.state
         assert {
             "portal_url",
+            "gateway_url",
             "kafka_bootstrap",
             "zk_connect",
             "db_url",
@@ -37,7 +38,7 @@ def test_dev_stack_delivers_and_stops_cleanly(tmp_path: Path, endpoint: Endpoint
             "offsets_topic",
         } <= set(s)
         roles = sorted(p["role"] for p in s["processes"])
-        assert roles == ["coordinator", "kafka", "portal", "worker", "worker", "zookeeper"]
+        assert roles == ["coordinator", "gateway", "kafka", "portal", "worker", "worker", "zookeeper"]
         assert {p.get("id") for p in s["processes"] if p["role"] == "worker"} == {"worker-1", "worker-2"}
         topic = f"dev-{secrets.token_hex(3)}"
         create_topic(s["kafka_bootstrap"], topic, 3)
@@ -85,15 +86,19 @@ def test_dev_stack_delivers_and_stops_cleanly(tmp_path: Path, endpoint: Endpoint
         until(lambda: not alive(pid) and not group_alive(pid), timeout_s=10, what=f"child {pid} gone")  # noqa: B023
 
 
-def test_demo_records_reach_the_echo_endpoint(tmp_path: Path) -> None:
-    with DevStack(tmp_path, workers=1, demo=True) as stack:
-        url = stack.state["demo_endpoint_url"]
+def test_demo_records_reach_the_echo_endpoint_on_every_run(tmp_path: Path) -> None:
+    """The demo's records go through the gateway to Kafka and on to the echo endpoint — also on a
+    second run in the same data directory, whose database still holds the first run's subscription
+    (pointing at the first run's echo port)."""
+    for run in (1, 2):
+        with DevStack(tmp_path, workers=1, demo=True) as stack:
+            url = stack.state["demo_endpoint_url"]
 
-        def received() -> int:
-            with urllib.request.urlopen(url + "/", timeout=2) as r:
-                return int(json.load(r)["received"])
+            def received() -> int:
+                with urllib.request.urlopen(url + "/", timeout=2) as r:  # noqa: B023
+                    return int(json.load(r)["received"])
 
-        until(lambda: received() >= 3, timeout_s=60, what="demo records at the echo endpoint")
+            until(lambda: received() >= 3, timeout_s=60, what=f"demo records at the echo endpoint (run {run})")
 
 
 def test_children_die_with_a_killed_ferry_dev(tmp_path: Path) -> None:
@@ -119,7 +124,7 @@ def _children_of(pid: int) -> list[int]:
 def test_sigterm_while_starting_stops_everything(tmp_path: Path) -> None:
     data = tmp_path / "dev"
     argv = [sys.executable, "-m", "ferry.cli", "dev", "--workers", "1", "--data-dir", str(data)]
-    argv += ["--portal-port", "0", "--kafka-port", "0", "--zk-port", "0"]
+    argv += ["--portal-port", "0", "--gateway-port", "0", "--kafka-port", "0", "--zk-port", "0"]
     with (tmp_path / "dev.log").open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
     try:

@@ -42,6 +42,8 @@ class DevStack:
             str(self.workers),
             "--portal-port",
             "0",
+            "--gateway-port",
+            "0",
             "--kafka-port",
             "0",
             "--zk-port",
@@ -51,6 +53,7 @@ class DevStack:
         ]
         if self.demo:
             argv.append("--demo")
+        (self.dir / "state.json").unlink(missing_ok=True)  # an earlier run's, in the same directory
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
         deadline = time.monotonic() + self.ready_timeout_s

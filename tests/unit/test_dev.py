@@ -77,6 +77,7 @@ def test_port_explicit_free_port_is_kept() -> None:
             {
                 "workers": 2,
                 "portal_port": 8080,
+                "gateway_port": 8081,
                 "kafka_port": 9092,
                 "zk_port": 2181,
                 "data_dir": ".ferry-dev",
