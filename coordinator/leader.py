@@ -29,13 +29,13 @@ from typing import Any
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
-from ferry import kafka, log, zkpaths
+from ferry import internal, kafka, log, zkpaths
 from ferry.config import Settings
 from ferry.coordinator import starts
 from ferry.coordinator.catalog import Catalog
 from ferry.coordinator.metrics import CoordinatorMetrics
 from ferry.coordinator.planner import moves, plan
-from ferry.subscription import PartitionRef, Subscription
+from ferry.subscription import INTERNAL_PREFIX, PartitionRef, Subscription
 
 _log = log.get_logger(__name__)
 
@@ -60,6 +60,7 @@ class Leader:
         self._known: starts.Known = {}
         self.current: dict[PartitionRef, str] = {}
         self.leading = False
+        self._internal_ready = False
 
     # --- election callback (runs in the election thread) ---------------------------------
 
@@ -185,15 +186,23 @@ class Leader:
         if subs is None:
             _log.warning("leader.no_catalog", hint="the metadata database has not been readable since start")
             return
-        active = {s.name: s for s in subs if s.state == "active"}
+        own = internal.subscriptions(self.settings) if self.settings.coordinator.internal_work else []
+        if own:
+            self._ensure_internal_topics()
+        active = {s.name: s for s in (*subs, *own) if s.state == "active"}
         counts = self._partition_counts(active.values())
-        self._save_known(starts.record(self._known, subs, counts, self._missing))
-        partitions: dict[PartitionRef, float] = {}
+        self._save_known(starts.record(self._known, [*subs, *own], counts, self._missing))
+        # Users' partitions and Ferry's own are balanced separately, so each spreads evenly.
+        users: dict[PartitionRef, float] = {}
+        ours: dict[PartitionRef, float] = {}
         for s in active.values():
+            into = ours if s.name.startswith(INTERNAL_PREFIX) else users
             for topic in (*s.topics, s.retry_topic):
                 for p in range(counts.get(topic, 0)):
-                    partitions[PartitionRef(s.name, topic, p)] = 1.0
-        new = plan(workers, partitions, self.current)
+                    into[PartitionRef(s.name, topic, p)] = 1.0
+        new = plan(workers, users, self.current)
+        if ours:
+            new.update(plan(workers, ours, self.current))
         moved = moves(self.current, new)
         self._write(workers, new, active)
         if moved or set(new) != set(self.current):
@@ -203,6 +212,19 @@ class Leader:
         self.current = new
         self.metrics.partitions.set(len(new))
         self.metrics.workers.set(len(workers))
+
+    def _ensure_internal_topics(self) -> None:
+        """Create the topics of Ferry's own work (delay store, transaction log) once per leadership;
+        a failure is logged and tried again next round."""
+        if self._internal_ready:
+            return
+        try:
+            for name, partitions, config in internal.topics(self.settings):
+                kafka.ensure_topic(self.settings.kafka.client_config(), name, partitions, config)
+        except kafka.KafkaUnavailable as exc:
+            _log.error("leader.internal_topics_failed", error=str(exc))
+            return
+        self._internal_ready = True
 
     def _entry(self, ref: PartitionRef, sub: Subscription) -> dict[str, Any]:
         entry: dict[str, Any] = {"subscription": ref.subscription, "topic": ref.topic, "partition": ref.partition}

@@ -91,6 +91,9 @@ class CoordinatorSettings:
     """Fallback poll of the metadata database; changes made in the portal arrive at once."""
     topic_poll_ms: int = 10_000
     """How often partition counts of subscribed topics are re-read (new partitions)."""
+    internal_work: bool = True
+    """Plan Ferry's own work (the delay store, transaction back-checks) onto the workers. Turn it
+    off only for a cluster that never takes delayed or transactional records."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,17 @@ def _csv(name: str, raw: Any) -> tuple[str, ...]:
     return tuple(str(i).strip() for i in items if str(i).strip())
 
 
+def _bool(name: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(name, f"expected true or false, got {raw!r}")
+
+
 def _str(name: str, raw: Any) -> str:
     return str(raw)
 
@@ -210,6 +224,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FERRY_COORDINATOR_METRICS_PORT", "coordinator.metrics_port", _int),
     Setting("FERRY_SUBSCRIPTION_POLL_MS", "coordinator.subscription_poll_ms", _int),
     Setting("FERRY_TOPIC_POLL_MS", "coordinator.topic_poll_ms", _int),
+    Setting("FERRY_INTERNAL_WORK", "coordinator.internal_work", _bool),
     Setting("FERRY_PORTAL_HOST", "portal.host", _str),
     Setting("FERRY_PORTAL_PORT", "portal.port", _int),
     Setting("FERRY_ADMIN_TOKEN", "portal.admin_token", _str, secret=True),

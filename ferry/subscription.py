@@ -228,17 +228,23 @@ def _batch(value: Any) -> BatchSpec | None:
     )
 
 
-def parse(doc: Any, *, previous: Subscription | None = None) -> Subscription:
+INTERNAL_PREFIX = "ferry-internal."
+"""Names of Ferry's own work (the delay store, transaction back-checks): not for users."""
+
+
+def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = False) -> Subscription:
     """Validate a subscription document and fill the defaults.
 
     ``previous`` is the stored version when updating: a header value sent back as ``***``
-    keeps the stored secret.
+    keeps the stored secret. ``internal``: Ferry's own work may use the reserved name prefix.
     """
     doc = _obj(doc, "")
     _no_extra(doc, _TOP_FIELDS, "")
     name = doc.get("name")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ValidationError("name", "is required and must match [a-z0-9][a-z0-9._-]{0,62}")
+    if name.startswith(INTERNAL_PREFIX) and not internal:
+        raise ValidationError("name", f"names starting with {INTERNAL_PREFIX!r} are reserved for Ferry's own work")
     topics = doc.get("topics")
     if not isinstance(topics, list) or not topics:
         raise ValidationError("topics", "is required: a non-empty list of topic names")
@@ -286,4 +292,4 @@ def parse(doc: Any, *, previous: Subscription | None = None) -> Subscription:
 
 def from_trusted(doc: Mapping[str, Any]) -> Subscription:
     """Parse a document Ferry itself stored (ZooKeeper, database): unmasked, already valid."""
-    return parse(dict(doc))
+    return parse(dict(doc), internal=True)

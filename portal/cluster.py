@@ -23,7 +23,7 @@ from ferry import kafka, zkpaths
 from ferry.config import Settings
 from ferry.errors import FerryError
 from ferry.offsets import OffsetState, StateTable, encode_key, encode_value
-from ferry.subscription import PartitionRef, Subscription
+from ferry.subscription import INTERNAL_PREFIX, PartitionRef, Subscription
 from ferry.zk import make_client
 
 SCAN_TIMEOUT_S = 10.0
@@ -80,6 +80,9 @@ class Cluster:
         for wid in ids:
             doc = self._json(zkpaths.worker(self.name, wid)) or {}
             assignment = self._json(zkpaths.assignment(self.name, wid)) or {}
+            owned = assignment.get("partitions", [])
+            # Ferry's own work (delay store, transaction checks) is counted, not listed.
+            ours = [p for p in owned if p["subscription"].startswith(INTERNAL_PREFIX)]
             out.append(
                 {
                     "id": wid,
@@ -87,8 +90,10 @@ class Cluster:
                     "since": doc.get("since"),
                     "partitions": [
                         {"subscription": p["subscription"], "topic": p["topic"], "partition": p["partition"]}
-                        for p in assignment.get("partitions", [])
+                        for p in owned
+                        if not p["subscription"].startswith(INTERNAL_PREFIX)
                     ],
+                    "internal_partitions": len(ours),
                 }
             )
         return out

@@ -21,9 +21,8 @@ from typing import Any
 
 from ferry import log
 from ferry.config import Settings
-from ferry.netguard import EndpointPolicy
 from ferry.offsets import OffsetState
-from ferry.subscription import PartitionRef, Subscription
+from ferry.subscription import INTERNAL_PREFIX, PartitionRef, Subscription
 from ferry.worker.blocking import close_within
 from ferry.worker.context import Context, Lease
 from ferry.worker.deadletter import DeadLetterSink
@@ -32,7 +31,7 @@ from ferry.worker.metrics import WorkerMetrics
 from ferry.worker.offset_store import OffsetStore
 from ferry.worker.partition import PartitionRunner
 from ferry.worker.producer import PURGED_REPORTS_S, AsyncProducer
-from ferry.worker.push import PushClient
+from ferry.worker.sinks import Sinks
 from ferry.worker.start_offsets import StartOffsets
 
 _log = log.get_logger(__name__)
@@ -83,7 +82,7 @@ class Engine:
         )
         await asyncio.to_thread(self._store.ensure_topic)
         self._starts = StartOffsets(self.settings.kafka.client_config())
-        self._client = PushClient(EndpointPolicy(self.settings.portal.endpoint_allow), self.settings.cluster)
+        self._client = Sinks(self._producer, self.settings)
         await self._client.start()
         self._lease = Lease()
         self._ctx = Context(
@@ -207,7 +206,11 @@ class Engine:
             return []
         started = time.monotonic()
         drain_ms = self.settings.worker.drain_timeout_ms if drain_timeout_ms is None else drain_timeout_ms
-        await asyncio.gather(*(r.release(drain_ms / 1000) for r in runners))
+        # Ferry's own work waits on timers, not on endpoints: nothing of it is half-done, so its
+        # partitions are handed over at once and the new owner reads them again from the watermark.
+        await asyncio.gather(
+            *(r.release(0 if r.sub.name.startswith(INTERNAL_PREFIX) else drain_ms / 1000) for r in runners)
+        )
         unconfirmed = await self._final_writes(runners)
         self._owned_changed()
         release_ms = int((time.monotonic() - started) * 1000)

@@ -55,8 +55,9 @@ class AsyncProducer:
         value: bytes | None,
         key: bytes | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
+        partition: int | None = None,
     ) -> None:
-        """Produce and wait for the broker's confirmation."""
+        """Produce and wait for the broker's confirmation (to ``partition``, or the key's)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
 
@@ -72,7 +73,7 @@ class AsyncProducer:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this record
                 loop.call_soon_threadsafe(settle)
 
-        self.produce(topic, value, key, headers, done)
+        self.produce(topic, value, key, headers, done, partition)
         await fut
 
     def produce(
@@ -82,11 +83,13 @@ class AsyncProducer:
         key: bytes | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
         on_delivery: Any = None,
+        partition: int | None = None,
     ) -> None:
+        extra: dict[str, Any] = {} if partition is None else {"partition": partition}
         while True:
             try:
                 self._producer.produce(
-                    topic, value=value, key=key, headers=list(headers or []), on_delivery=on_delivery
+                    topic, value=value, key=key, headers=list(headers or []), on_delivery=on_delivery, **extra
                 )
                 return
             except BufferError:

@@ -108,8 +108,8 @@ class CheckRunner:
             opened = self.open.setdefault(txn_id, _Open(state, entry))
             try:
                 await self._watch(txn_id, opened)
-            finally:
-                if self.open.get(txn_id) is opened and opened.state.final:
+            finally:  # final, or this owner let the partition go: either way no longer ours to watch
+                if self.open.get(txn_id) is opened:
                     del self.open[txn_id]
             return
         if entry.get("kind") == "check" and entry.get("eid") in self._mine:

@@ -45,6 +45,9 @@ class Cluster:
             "FERRY_OFFSET_FLUSH_INTERVAL_MS": "200",
             "FERRY_DRAIN_TIMEOUT_MS": "3000",
             "FERRY_LOG_FORMAT": "text",
+            # Ferry's own work (delay store, transaction checks) shares the session's broker topics:
+            # only the tests of that work turn it on, each with topics of its own.
+            "FERRY_INTERNAL_WORK": "false",
             **env,
         }
         self.zk = KazooClient(hosts=zk_connect)

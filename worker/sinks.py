@@ -1,0 +1,218 @@
+"""Where a worker's records go: the HTTP endpoint of a subscription, or one of Ferry's own sinks.
+
+Use case: the partition runner hands every record to ``ctx.client.push(sub, record, attempt)`` and
+acks it when the answer is a success. For user subscriptions that is an HTTP push
+(:class:`ferry.worker.push.PushClient`); for Ferry's internal work (:mod:`ferry.internal`) it is:
+
+- :class:`DelaySink` — the delay store: a record of the delay entry topic or of a level topic waits
+  until its next step is due, then is written to the next level or to its target topic
+  (:mod:`ferry.delay`); a record that cannot be scheduled goes to ``<delay topic>.dlq`` with
+  ``ferry-error``;
+- :class:`TxnSink` — the transaction log: each entry goes to the back-check runner
+  (:mod:`ferry.worker.txn_checks`).
+
+A sink answers 200 once its record is done (written and acknowledged, or resolved), so the offset
+merge commits exactly what is done and a new owner starts again from the oldest record not done.
+A failed write answers 503 and the runner retries it with backoff, like an endpoint's 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from typing import Any, cast
+
+from ferry import delay, internal, log, txn
+from ferry.config import Settings
+from ferry.netguard import EndpointPolicy
+from ferry.subscription import Subscription
+from ferry.txnlog import TxnId, encode, parse_id
+from ferry.worker.http1 import Http1Pool, PushError, encode_header_lines
+from ferry.worker.producer import AsyncProducer, ProduceFailed
+from ferry.worker.push import PushClient, PushResult, Record
+from ferry.worker.txn_checks import CheckRunner
+
+_log = log.get_logger(__name__)
+OK = PushResult(200)
+CHECK_ANSWER_BYTES = 64 * 1024
+CHECK_TIMEOUT_S = 10.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class DelaySink:
+    """Moves delayed records through the level topics to their targets, each when it is due."""
+
+    def __init__(self, producer: AsyncProducer, delay_topic: str) -> None:
+        self._producer = producer
+        self.delay_topic = delay_topic
+        self._levels = {delay.decade_topic(delay_topic, k): k for k in delay.DECADES}
+        self.moved = self.delivered = self.invalid = 0
+        self.late_ms: list[int] = []  # recent lateness of delivered records (bounded)
+
+    async def push(self, record: Record) -> PushResult:
+        try:
+            due, target = delay.parse_schedule(list(record.headers))
+            delay.check_delay(due, _now_ms())
+        except delay.InvalidSchedule as exc:
+            return await self._invalid(record, str(exc))
+        decade = self._levels.get(record.topic)
+        if decade is not None:  # out of a level: wait out that level's delay first
+            level = delay.Level(decade, record.partition + 1)
+            await _sleep_until(record.timestamp_ms + level.delay_ms)
+        while True:
+            step = delay.next_step(due, _now_ms())
+            if step[0] == "hold":
+                await _sleep_until(due)
+                continue
+            try:
+                if step[0] == "deliver":
+                    await self._producer.send(target, record.value, record.key, list(record.headers))
+                    self.delivered += 1
+                    self._lateness(_now_ms() - due)
+                else:
+                    lvl = step[1]
+                    await self._producer.send(
+                        lvl.topic(self.delay_topic), record.value, record.key, list(record.headers), lvl.partition
+                    )
+                    self.moved += 1
+            except ProduceFailed as exc:
+                return PushResult(503, error=str(exc))
+            return OK
+
+    async def _invalid(self, record: Record, reason: str) -> PushResult:
+        headers = [*record.headers, (delay.ERROR_HEADER, reason.encode())]
+        try:
+            await self._producer.send(f"{self.delay_topic}.dlq", record.value, record.key, headers)
+        except ProduceFailed as exc:
+            return PushResult(503, error=str(exc))
+        self.invalid += 1
+        _log.warning(
+            "delay.invalid", topic=record.topic, partition=record.partition, offset=record.offset, error=reason
+        )
+        return OK
+
+    def _lateness(self, ms: int) -> None:
+        self.late_ms.append(max(0, ms))
+        if len(self.late_ms) > 10_000:
+            del self.late_ms[:5_000]
+
+    def stats(self) -> dict[str, Any]:
+        late = sorted(self.late_ms)
+        p99 = late[min(len(late) - 1, int(len(late) * 0.99))] if late else None
+        return {"moved": self.moved, "delivered": self.delivered, "invalid": self.invalid, "late_p99_ms": p99}
+
+
+async def _sleep_until(epoch_ms: int) -> None:
+    wait = (epoch_ms - _now_ms()) / 1000
+    if wait > 0:
+        await asyncio.sleep(wait)
+
+
+class TxnSink:
+    """Hands transaction-log entries to the back-check runner, with its three ports wired to Kafka
+    (the log and the records' topics, through the worker's producer) and HTTP (the check)."""
+
+    def __init__(self, producer: AsyncProducer, txn_topic: str, policy: EndpointPolicy, max_checks: int) -> None:
+        self._producer = producer
+        self.txn_topic = txn_topic
+        self._pool = Http1Pool(policy, max_per_origin=16)
+        self.runner = CheckRunner(self, self._ask, self._write, max_checks=max_checks)
+
+    async def push(self, record: Record) -> PushResult:
+        entry = _entry(record)
+        if entry is not None:
+            await self.runner.handle(entry)
+        return OK
+
+    # --- the runner's ports --------------------------------------------------------------------
+
+    async def append(self, txn_id: str, entry: dict[str, Any]) -> None:
+        tid = cast(TxnId, parse_id(txn_id))
+        value = encode({**entry, "id": txn_id, "ts": _now_ms()})
+        await self._producer.send(self.txn_topic, value, txn_id.encode(), partition=tid.partition)
+
+    async def _ask(self, url: str, body: dict[str, Any]) -> txn.CheckAnswer:
+        lines = encode_header_lines({"content-type": "application/json", "ferry-transaction-id": body["id"]})
+        try:
+            answer = await self._pool.post_lines(
+                url, lines, json.dumps(body).encode(), CHECK_TIMEOUT_S, read_body=CHECK_ANSWER_BYTES
+            )
+        except (PushError, Exception) as exc:  # refused by the SSRF policy, unreachable, timed out
+            _log.info("txn.check_unanswered", txn=body["id"], error=str(exc)[:200])
+            return "unknown"
+        if answer.truncated:
+            return "unknown"
+        return txn.parse_check_answer(answer.status, answer.body or b"")
+
+    async def _write(self, txn_id: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        sends = []
+        for seq, rec in enumerate(records):
+            headers: list[tuple[str, bytes | None]] = [
+                (str(n), None if v is None else base64.b64decode(v)) for n, v in rec.get("headers") or ()
+            ]
+            headers += [("ferry-transaction-id", txn_id.encode()), ("ferry-transaction-seq", str(seq).encode())]
+            key, value = rec.get("key_b64"), rec.get("value_b64")
+            sends.append(
+                self._producer.send(
+                    rec["topic"],
+                    None if value is None else base64.b64decode(value),
+                    None if key is None else base64.b64decode(key),
+                    headers,
+                    rec.get("partition"),
+                )
+            )
+        await asyncio.gather(*sends)
+        return [{"written": True} for _ in records]
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def stats(self) -> dict[str, Any]:
+        c = self.runner.counters
+        return {
+            "open": len(self.runner.open),
+            "checks": c.checks,
+            "check_failures": c.check_failures,
+            "committed": c.committed,
+            "rolled_back": c.rolled_back,
+            "oldest_prepared_age_s": self.runner.oldest_prepared_age_s(),
+        }
+
+
+def _entry(record: Record) -> dict[str, Any] | None:
+    try:
+        entry = json.loads(record.value or b"")
+    except ValueError:
+        return None
+    if not isinstance(entry, dict) or not isinstance(entry.get("kind"), str):
+        return None
+    if entry["kind"] == "prepare":
+        nonce = (record.key or b"").decode("ascii", "replace")
+        entry["id"] = str(TxnId(record.partition, record.offset, nonce))
+    return entry
+
+
+class Sinks(PushClient):
+    """The worker's push client: HTTP for subscriptions, the internal sinks for Ferry's own work."""
+
+    def __init__(self, producer: AsyncProducer, settings: Settings) -> None:
+        policy = EndpointPolicy(settings.portal.endpoint_allow)
+        super().__init__(policy, settings.cluster)
+        self.delay = DelaySink(producer, settings.kafka.delay_topic)
+        self.txn = TxnSink(producer, settings.kafka.txn_topic, policy, settings.gateway.txn_max_checks)
+
+    async def close(self) -> None:
+        self.txn.close()
+        await super().close()
+
+    async def push(self, sub: Subscription, record: Record, attempt: int) -> PushResult:
+        if sub.name == internal.DELAY:
+            return await self.delay.push(record)
+        if sub.name == internal.TXN:
+            return await self.txn.push(record)
+        return await super().push(sub, record, attempt)
