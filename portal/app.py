@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 
 from ferry import db
 from ferry.config import Settings
-from ferry.portal import api_admin, api_ops, api_subscriptions, auth, openapi, ui
+from ferry.portal import api_admin, api_internal, api_ops, api_subscriptions, auth, openapi, ui
 from ferry.portal.cluster import Cluster
 from ferry.portal.http import (
     CLUSTER,
@@ -59,6 +59,7 @@ def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Applic
     api_subscriptions.routes(app)
     api_ops.routes(app)
     api_admin.routes(app)
+    api_internal.routes(app)
     openapi.routes(app)
     ui.setup(app)
 

@@ -114,6 +114,14 @@ class Cluster:
                 out[PartitionRef(p["subscription"], p["topic"], int(p["partition"]))] = {**p, "worker": wid}
         return out
 
+    def worker_docs(self) -> dict[str, dict[str, Any]]:
+        """Every live worker's published stats document, by worker id."""
+        try:
+            ids = self.zk.get_children(zkpaths.stats(self.name))
+        except NoNodeError:
+            return {}
+        return {wid: self._json(zkpaths.worker_stats(self.name, wid)) or {} for wid in ids}
+
     def bump_epoch(self, ref: PartitionRef) -> int:
         """Compare-and-set the ownership epoch +1 while nobody owns the partition."""
         path = zkpaths.epoch(self.name, *ref)

@@ -159,6 +159,43 @@ DOCUMENT: dict[str, Any] = {
                 errors=(401,),
             )
         },
+        "/api/v1/delays": {
+            "get": _op(
+                "The delay store over the whole cluster: records scheduled, next due, p99 lateness",
+                {
+                    "200": _json(
+                        "delays",
+                        {
+                            "type": "object",
+                            "required": ["scheduled", "next_due", "late_p99_ms"],
+                            "properties": {
+                                "scheduled": {"type": "integer"},
+                                "next_due": {"type": "integer", "nullable": True},
+                                "late_p99_ms": {"type": "number", "nullable": True},
+                            },
+                        },
+                    )
+                },
+                errors=(401,),
+            )
+        },
+        "/api/v1/transactions": {
+            "get": {
+                **_op(
+                    "Prepared transactions the back-check owners hold, oldest first, and the counters",
+                    {"200": _json("transactions", {"type": "object", "required": ["transactions", "counters"]})},
+                    errors=(400, 401),
+                ),
+                "parameters": [
+                    {
+                        "name": "state",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "string", "enum": ["prepared"]},
+                    }
+                ],
+            }
+        },
         "/api/v1/tokens": {
             "get": _op("List API tokens (admin)", {"200": _json("tokens", {"type": "object"})}, errors=(401, 403)),
             "post": _op(
@@ -324,6 +361,7 @@ DOCUMENT: dict[str, Any] = {
                     "host": {"type": "string", "nullable": True},
                     "since": {"type": "integer", "nullable": True},
                     "partitions": {"type": "array", "items": {"type": "object"}},
+                    "internal_partitions": {"type": "integer", "description": "partitions of Ferry's own work"},
                 },
             },
             "TokenInput": {

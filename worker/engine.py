@@ -262,6 +262,10 @@ class Engine:
     def stats(self) -> list[dict[str, Any]]:
         return [r.stats() for r in self._runners.values()]
 
+    def internal_stats(self) -> dict[str, Any]:
+        """The delay store's and the back-check runner's figures on this worker."""
+        return self._client.stats() if isinstance(self._client, Sinks) else {}
+
     # --- offsets -------------------------------------------------------------------------
 
     async def _write(self, runner: PartitionRunner) -> None:

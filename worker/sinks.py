@@ -52,6 +52,7 @@ class DelaySink:
         self.delay_topic = delay_topic
         self._levels = {delay.decade_topic(delay_topic, k): k for k in delay.DECADES}
         self.moved = self.delivered = self.invalid = 0
+        self._waiting: dict[int, int] = {}  # id(task-local marker) → the next moment it acts (epoch ms)
         self.late_ms: list[int] = []  # recent lateness of delivered records (bounded)
 
     async def push(self, record: Record) -> PushResult:
@@ -60,29 +61,39 @@ class DelaySink:
             delay.check_delay(due, _now_ms())
         except delay.InvalidSchedule as exc:
             return await self._invalid(record, str(exc))
-        decade = self._levels.get(record.topic)
-        if decade is not None:  # out of a level: wait out that level's delay first
-            level = delay.Level(decade, record.partition + 1)
-            await _sleep_until(record.timestamp_ms + level.delay_ms)
-        while True:
-            step = delay.next_step(due, _now_ms())
-            if step[0] == "hold":
-                await _sleep_until(due)
-                continue
-            try:
-                if step[0] == "deliver":
-                    await self._producer.send(target, record.value, record.key, list(record.headers))
-                    self.delivered += 1
-                    self._lateness(_now_ms() - due)
-                else:
-                    lvl = step[1]
-                    await self._producer.send(
-                        lvl.topic(self.delay_topic), record.value, record.key, list(record.headers), lvl.partition
-                    )
-                    self.moved += 1
-            except ProduceFailed as exc:
-                return PushResult(503, error=str(exc))
-            return OK
+        marker = object()
+        try:
+            decade = self._levels.get(record.topic)
+            if decade is not None:  # out of a level: wait out that level's delay first
+                level = delay.Level(decade, record.partition + 1)
+                self._waiting[id(marker)] = min(due, record.timestamp_ms + level.delay_ms)
+                await _sleep_until(record.timestamp_ms + level.delay_ms)
+            while True:
+                step = delay.next_step(due, _now_ms())
+                if step[0] == "hold":
+                    self._waiting[id(marker)] = due
+                    await _sleep_until(due)
+                    continue
+                self._waiting.pop(id(marker), None)
+                return await self._step(record, due, target, step)
+        finally:
+            self._waiting.pop(id(marker), None)
+
+    async def _step(self, record: Record, due: int, target: str, step: delay.Step) -> PushResult:
+        """Write the record to its target (due) or to the next level."""
+        try:
+            if step[0] == "deliver":
+                await self._producer.send(target, record.value, record.key, list(record.headers))
+                self.delivered += 1
+                self._lateness(_now_ms() - due)
+            else:
+                lvl = cast(delay.Level, step[1])
+                topic = lvl.topic(self.delay_topic)
+                await self._producer.send(topic, record.value, record.key, list(record.headers), lvl.partition)
+                self.moved += 1
+        except ProduceFailed as exc:
+            return PushResult(503, error=str(exc))
+        return OK
 
     async def _invalid(self, record: Record, reason: str) -> PushResult:
         headers = [*record.headers, (delay.ERROR_HEADER, reason.encode())]
@@ -104,7 +115,14 @@ class DelaySink:
     def stats(self) -> dict[str, Any]:
         late = sorted(self.late_ms)
         p99 = late[min(len(late) - 1, int(len(late) * 0.99))] if late else None
-        return {"moved": self.moved, "delivered": self.delivered, "invalid": self.invalid, "late_p99_ms": p99}
+        return {
+            "moved": self.moved,
+            "delivered": self.delivered,
+            "invalid": self.invalid,
+            "late_p99_ms": p99,
+            "waiting_in_memory": len(self._waiting),
+            "next_due": min(self._waiting.values(), default=None),
+        }
 
 
 async def _sleep_until(epoch_ms: int) -> None:
@@ -174,8 +192,15 @@ class TxnSink:
 
     def stats(self) -> dict[str, Any]:
         c = self.runner.counters
+        prepared = sorted(
+            (o.state for o in self.runner.open.values() if o.state.state == "prepared"), key=lambda t: t.created_ms
+        )
         return {
             "open": len(self.runner.open),
+            "prepared": [
+                {"id": t.id, "created_ms": t.created_ms, "timeout_ms": t.timeout_ms, "checks": t.checks}
+                for t in prepared[:100]
+            ],
             "checks": c.checks,
             "check_failures": c.check_failures,
             "committed": c.committed,
@@ -209,6 +234,9 @@ class Sinks(PushClient):
     async def close(self) -> None:
         self.txn.close()
         await super().close()
+
+    def stats(self) -> dict[str, Any]:
+        return {"delay": self.delay.stats(), "txn": self.txn.stats()}
 
     async def push(self, sub: Subscription, record: Record, attempt: int) -> PushResult:
         if sub.name == internal.DELAY:

@@ -360,7 +360,13 @@ class ZkSource:
             await asyncio.sleep(STATS_INTERVAL_S)
             if not self.registered:
                 continue
-            doc = json.dumps({"ts": int(time.time() * 1000), "partitions": self.engine.stats()}).encode()
+            doc = json.dumps(
+                {
+                    "ts": int(time.time() * 1000),
+                    "partitions": self.engine.stats(),
+                    "internal": self.engine.internal_stats(),
+                }
+            ).encode()
             try:
                 await asyncio.to_thread(self._put_ephemeral, path, doc)
             except KazooException as exc:
