@@ -79,6 +79,9 @@ class WorkerSettings:
     """Bytes fetched ahead by the whole worker: each partition's bound is at most this divided by
     the partitions the worker owns (never below 64 KiB), so memory does not grow with them."""
 
+    native: bool = True
+    """Use the C speedups when they are built; ``false`` runs the pure-Python path."""
+
     def resolved_id(self) -> str:
         return self.id or f"{socket.gethostname()}-{os.getpid()}"
 
@@ -133,6 +136,16 @@ class GatewaySettings:
 
 
 @dataclass(frozen=True)
+class SparkSettings:
+    master: str = ""
+    """Spark master URL for ``ferry replay``; empty = ``local[*]`` (or what ``spark-submit`` says)."""
+    shuffle_partitions: int = 8
+    """``spark.sql.shuffle.partitions`` of the replay job."""
+    driver_memory: str = "2g"
+    """``spark.driver.memory`` of the replay job."""
+
+
+@dataclass(frozen=True)
 class LogSettings:
     level: str = "INFO"
     format: str = "json"
@@ -152,6 +165,7 @@ class Settings:
     coordinator: CoordinatorSettings = field(default_factory=CoordinatorSettings)
     portal: PortalSettings = field(default_factory=PortalSettings)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    spark: SparkSettings = field(default_factory=SparkSettings)
     log: LogSettings = field(default_factory=LogSettings)
 
 
@@ -241,6 +255,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FERRY_GATEWAY_READ_TIMEOUT_MS", "gateway.read_timeout_ms", _int),
     Setting("FERRY_GATEWAY_LINGER_MS", "gateway.linger_ms", _int),
     Setting("FERRY_TXN_MAX_CHECKS", "gateway.txn_max_checks", _int),
+    Setting("FERRY_NATIVE", "worker.native", _bool),
+    Setting("FERRY_SPARK_MASTER", "spark.master", _str),
+    Setting("FERRY_SPARK_SHUFFLE_PARTITIONS", "spark.shuffle_partitions", _int),
+    Setting("FERRY_SPARK_DRIVER_MEMORY", "spark.driver_memory", _str),
     Setting("FERRY_LOG_LEVEL", "log.level", _str),
     Setting("FERRY_LOG_FORMAT", "log.format", _str),
 )

@@ -25,6 +25,7 @@ ALL_ON = {
     "admin": {"token": "admin-token-x"},
     "worker": {"autoscaling": {"enabled": True}, "endpointAllow": ["10.0.0.0/8", "*.svc.cluster.local"]},
     "portal": {"ingress": {"enabled": True, "className": "nginx", "tlsSecret": "ferry-tls"}, "pdb": {"enabled": True}},
+    "gateway": {"autoscaling": {"enabled": True}},
     "metrics": {"serviceMonitor": {"enabled": True}},
     "networkPolicy": {"enabled": True},
     "replay": {"enabled": True, "persistentVolumeClaim": "ferry-reports"},
@@ -92,6 +93,11 @@ def test_what_matters() -> None:
         ("ServiceAccount", "ferry"),
         ("PodDisruptionBudget", "ferry-worker"),
         ("NetworkPolicy", "ferry-portal"),
+        ("Deployment", "ferry-gateway"),
+        ("Service", "ferry-gateway"),
+        ("HorizontalPodAutoscaler", "ferry-gateway"),
+        ("PodDisruptionBudget", "ferry-gateway"),
+        ("NetworkPolicy", "ferry-gateway"),
     ]:
         assert (kind, name) in kinds, (kind, name)
     by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
@@ -128,6 +134,12 @@ def test_what_matters() -> None:
     worker = by[("Deployment", "ferry-worker")]
     grace = pod_spec(worker)["terminationGracePeriodSeconds"]
     assert grace * 1000 > 10000, "grace period must exceed the worker's drain timeout"
+    gateway = by[("Deployment", "ferry-gateway")]
+    assert containers(gateway)[0]["args"] == ["gateway"] and "replicas" not in gateway["spec"]
+    assert pod_spec(gateway)["terminationGracePeriodSeconds"] * 1000 > 15000  # past the produce timeout
+    assert containers(gateway)[0]["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
+    assert by[("Service", "ferry-gateway")]["spec"]["selector"].items() <= gateway["spec"]["template"]["metadata"]["labels"].items()
+    assert by[("ConfigMap", "ferry")]["data"]["FERRY_GATEWAY_PORT"] == "8081"
     svc = by[("Service", "ferry-portal")]
     assert (
         svc["spec"]["selector"].items()
@@ -192,3 +204,20 @@ def test_missing_required_values_fail_with_a_clear_message() -> None:
         chart.render(
             {"kafka": {"bootstrap": "k:9092"}, "database": {"url": "sqlite://"}}, name="ferry", namespace="ferry"
         )
+
+
+def test_every_variable_the_chart_sets_is_a_setting() -> None:
+    """A typo in the chart (or a setting renamed in code) would be silently ignored by the services."""
+    from ferry.config import SETTINGS
+
+    known = {s.env for s in SETTINGS}
+    seen: set[str] = set()
+    for doc in render(ALL_ON):
+        if doc["kind"] == "ConfigMap":
+            seen |= set(doc["data"])
+        if doc["kind"] in ("Deployment", "Job", "CronJob"):
+            for c in containers(doc):
+                seen |= {e["name"] for e in c.get("env", []) if e["name"].startswith("FERRY_")}
+    unknown = sorted(v for v in seen if v.startswith("FERRY_") and v not in known)
+    assert not unknown, f"the chart sets variables no service reads: {unknown}"
+    assert {"FERRY_GATEWAY_PORT", "FERRY_ZK_CONNECT", "FERRY_DB_URL"} <= seen
