@@ -227,8 +227,9 @@ async def _write(
     finally:
         gw.metrics.latency.observe(time.perf_counter() - started)
     for topic in partitions:
-        gw.metrics.records.labels(topic).inc(written.records + written.scheduled)
-        gw.metrics.bytes.labels(topic).inc(written.bytes)
+        records, size = gw.metrics.per_topic(topic)
+        records.inc(written.records + written.scheduled)
+        size.inc(written.bytes)
     if written.refused:
         gw.metrics.errors.labels("record_refused").inc(written.refused)
     if written.failed:

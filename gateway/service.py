@@ -6,9 +6,8 @@ SIGTERM stop taking requests, let the ones in flight finish (their records are a
 failed), flush, and exit. The gateway keeps no state of its own: any number of replicas serve the
 same clients, and a restarted one forgets nothing that matters (keys and transactions are in Kafka).
 
-Slow clients cannot hold it: a connection must deliver a request's headers within
-``FERRY_GATEWAY_READ_TIMEOUT_MS`` of opening (or of its previous answer), and the body within the
-same time after the headers; otherwise it is closed.
+Slow clients cannot hold it: a connection must deliver a whole request (headers and body) within
+``FERRY_GATEWAY_READ_TIMEOUT_MS`` of opening, or of its previous answer; otherwise it is closed.
 """
 
 from __future__ import annotations
@@ -77,29 +76,20 @@ class _Runner(web.AppRunner):
 
 
 @web.middleware
-async def header_clock(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Headers are in: stop the connection's clock; start it again for the next request."""
+async def read_clock(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The connection's clock, started when it opened or answered its previous request, runs until
+    the whole request — headers and body — is read; it starts again once this one is answered.
+    (One timer per request: no task per body read.)"""
     protocol = request.protocol
-    if isinstance(protocol, _Guarded):
-        protocol.disarm()
     try:
+        if request.body_exists:
+            await request.read()  # a client that stalls here is cut off by the clock
+        if isinstance(protocol, _Guarded):
+            protocol.disarm()
         return await handler(request)
     finally:
         if isinstance(protocol, _Guarded):
             protocol.arm()
-
-
-@web.middleware
-async def body_deadline(request: web.Request, handler: Any) -> web.StreamResponse:
-    """The body must arrive within the read timeout after the headers (an authorized request's)."""
-    if request.body_exists:
-        try:
-            await asyncio.wait_for(request.read(), timeout=_Guarded.read_timeout_s)
-        except TimeoutError:
-            if isinstance(request.protocol, _Guarded):
-                request.protocol.force_close()
-            raise web.HTTPRequestTimeout(reason="the request body did not arrive in time") from None
-    return await handler(request)
 
 
 def build(settings: Settings) -> Gateway:
@@ -144,8 +134,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
         await asyncio.to_thread(gw.transactions.log.ensure)
     _Guarded.read_timeout_s = settings.gateway.read_timeout_ms / 1000
     app = create_app(gw)
-    app.middlewares.insert(0, header_clock)
-    app.middlewares.append(body_deadline)
+    app.middlewares.append(read_clock)
     runner = _Runner(app, access_log=None, keepalive_timeout=settings.gateway.read_timeout_ms / 1000)
     await runner.setup()
     site = web.TCPSite(runner, settings.gateway.host, settings.gateway.port)

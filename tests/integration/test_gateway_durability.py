@@ -157,3 +157,32 @@ def test_kill_9_under_load_loses_no_answered_record(
     written = {v.decode() for *_, v, _ in read(kafka_bootstrap, topic_name) if v}
     missing = [v for v in acked if v not in written]
     assert acked and not missing, f"{len(missing)} of {len(acked)} answered records missing"
+
+
+def test_a_slow_client_is_cut_off_and_others_are_served(
+    tmp_path: Path, kafka_bootstrap: str, db_url: str, topic_name: str
+) -> None:
+    import socket
+
+    create_topic(kafka_bootstrap, topic_name, 1)
+    gw = gateway_process(tmp_path, kafka_bootstrap, db_url, FERRY_GATEWAY_READ_TIMEOUT_MS="1000").start()
+    try:
+        gw.wait_ready(60)
+        slow_headers = socket.create_connection(("127.0.0.1", gw.port))
+        slow_headers.sendall(b"POST /api/v1/topics/x/records HTTP/1.1\r\nHost: x\r\n")  # never finishes
+        slow_body = socket.create_connection(("127.0.0.1", gw.port))
+        slow_body.sendall(
+            f"POST /api/v1/topics/{topic_name}/records HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ADMIN}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode()
+        )
+        started = time.monotonic()
+        with client(gw) as c:
+            assert c.post(f"/api/v1/topics/{topic_name}/records", json={"records": [{"value": 1}]}).status_code == 200
+        for s in (slow_headers, slow_body):
+            s.settimeout(10)
+            while s.recv(65536):
+                pass
+            s.close()
+        assert time.monotonic() - started < 5, "slow connections were not cut off near the read timeout"
+    finally:
+        gw.stop()

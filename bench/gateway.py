@@ -1,0 +1,210 @@
+"""Produce over HTTP: `ferry gateway` beside a trivial HTTP server and a naive gateway, one run.
+
+    python3 -m bench.gateway [--seconds 10] [--connections 32]
+
+Rows, each loaded by wrk (a separate process, keep-alive, closed loop) with the same requests, at
+1 and at 100 records per request, on the embedded broker:
+
+- ``trivial``: an aiohttp server answering 200 to the same requests without Kafka — the ceiling
+  of an aiohttp service on this machine;
+- ``naive``: the obvious gateway — aiohttp handler → ``produce()`` per record → await each
+  delivery callback → 200 (acks=all, idempotent, like Ferry's);
+- ``ferry``: ``ferry gateway`` (admin token, no Idempotency-Key).
+
+Printed per row: requests/s, records/s, p50/p99 request latency (wrk's), the server's CPU per 1,000
+records. Needs ``wrk`` on PATH (Debian: ``apt-get install wrk``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench._harness import cpu_seconds
+from ferry.devstack import embedded
+
+TOKEN = "bench-token"
+TOPIC = "bench.gateway"
+
+
+# --- the two stand-ins, run as `python -m bench.gateway trivial|naive --port P` ---------------
+
+
+def serve_trivial(port: int) -> None:
+    from aiohttp import web
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.json()
+        return web.json_response({"results": [{"partition": 0, "offset": 0} for _ in body["records"]]})
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/api/v1/topics/{topic}/records", handle)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+def serve_naive(port: int, bootstrap: str) -> None:
+    from aiohttp import web
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+
+    async def poll_forever() -> None:
+        while True:
+            await asyncio.to_thread(producer.poll, 0.05)
+
+    async def handle(request: web.Request) -> web.Response:
+        body = await request.json()
+        loop = asyncio.get_running_loop()
+        futures = []
+        for rec in body["records"]:
+            fut = loop.create_future()
+
+            def done(err: Any, msg: Any, fut: asyncio.Future[Any] = fut) -> None:
+                loop.call_soon_threadsafe(fut.set_result, (msg.partition(), msg.offset()))
+
+            producer.produce(
+                request.match_info["topic"],
+                value=json.dumps(rec.get("value")).encode(),
+                key=(rec.get("key") or "").encode(),
+                on_delivery=done,
+            )
+            futures.append(fut)
+        results = await asyncio.gather(*futures)
+        return web.json_response({"results": [{"partition": p, "offset": o} for p, o in results]})
+
+    async def start(app: web.Application) -> None:
+        app["poller"] = asyncio.create_task(poll_forever())
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.on_startup.append(start)
+    app.router.add_post("/api/v1/topics/{topic}/records", handle)
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+LUA = """
+wrk.method = "POST"
+wrk.body = [[{body}]]
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer {token}"
+"""
+
+
+def wrk(url: str, body: str, seconds: int, connections: int, workdir: Path) -> dict[str, float]:
+    script = workdir / "post.lua"
+    script.write_text(LUA.format(body=body, token=TOKEN))
+    out = subprocess.run(
+        ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+
+    def pct(label: str) -> float:
+        m = re.search(rf"\s{label}%\s+([\d.]+)(us|ms|s)", out)
+        if m is None:
+            return float("nan")
+        value, unit = float(m.group(1)), m.group(2)
+        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+
+    return {"rps": rps, "p50": pct("50"), "p99": pct("99"), "errors": float(errors.group(1)) if errors else 0.0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("role", nargs="?", choices=["trivial", "naive"])
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--bootstrap")
+    a = ap.parse_args()
+    if a.role == "trivial":
+        serve_trivial(a.port)
+        return
+    if a.role == "naive":
+        serve_naive(a.port, a.bootstrap)
+        return
+    if shutil.which("wrk") is None:
+        sys.exit("bench.gateway needs wrk on PATH (apt-get install wrk)")
+    work = Path(tempfile.mkdtemp(prefix="ferry-bench-gw-"))
+    broker = embedded.kafka_broker(work / "kafka").start().wait_ready(30)
+    bootstrap = f"127.0.0.1:{broker.port}"
+    procs: list[embedded.ServiceProcess] = []
+    try:
+        from ferry import kafka
+        from ferry.migrations import runner
+
+        kafka.ensure_topic({"bootstrap.servers": bootstrap}, TOPIC, 6)
+        db_url = f"sqlite:///{work}/meta.db"
+        runner.upgrade(db_url)
+        env = {"PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1]))}
+        rows = []
+        for name in ("trivial", "naive", "ferry"):
+            port = embedded.free_port()
+            if name == "ferry":
+                argv = [sys.executable, "-m", "ferry.cli", "gateway"]
+                extra = {
+                    "FERRY_KAFKA_BOOTSTRAP": bootstrap,
+                    "FERRY_DB_URL": db_url,
+                    "FERRY_ADMIN_TOKEN": TOKEN,
+                    "FERRY_GATEWAY_PORT": str(port),
+                    "FERRY_MAX_BODY_BYTES": str(16 * 1024 * 1024),
+                    "FERRY_LOG_LEVEL": "WARNING",
+                }
+            else:
+                argv = [sys.executable, "-m", "bench.gateway", name, "--port", str(port), "--bootstrap", bootstrap]
+                extra = {}
+            proc = embedded.ServiceProcess(name, argv, port, work / f"{name}.log", env={**env, **extra}).start()
+            procs.append(proc)
+            proc.wait_ready(60)
+            time.sleep(1)
+            url = f"http://127.0.0.1:{port}/api/v1/topics/{TOPIC}/records"
+            for per_request in (1, 100):
+                body = json.dumps(
+                    {"records": [{"key": f"k{i}", "value": {"n": i, "pad": "x" * 80}} for i in range(per_request)]}
+                )
+                wrk(url, body, 2, a.connections, work)  # warm-up
+                assert proc.proc is not None
+                cpu0 = cpu_seconds(proc.proc.pid)
+                r = wrk(url, body, a.seconds, a.connections, work)
+                cpu = cpu_seconds(proc.proc.pid) - cpu0
+                records = r["rps"] * per_request * a.seconds
+                rows.append((name, per_request, r, 1000 * cpu / max(1.0, records) * 1000))
+            proc.stop()
+        print(f"\nbench.gateway: {a.seconds} s per row, wrk -t2 -c{a.connections}, embedded broker, 6 partitions\n")
+        head = ("rec/req", "req/s", "records/s", "p50 ms", "p99 ms", "CPU ms/1k rec", "non-2xx")
+        widths = (7, 9, 10, 7, 7, 13, 7)
+        print(f"{'server':8} " + " ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
+        for name, per, r, cpu_ms in rows:
+            print(
+                f"{name:8} {per:>7} {r['rps']:>9,.0f} {r['rps'] * per:>10,.0f} {r['p50']:>7.2f} {r['p99']:>7.2f} "
+                f"{cpu_ms:>13.1f} {r['errors']:>7.0f}"
+            )
+        by = {(n, p): r["rps"] for n, p, r, _ in rows}
+        print(
+            f"\nferry / naive, 1 record per request: {by[('ferry', 1)] / by[('naive', 1)]:.2f}x; "
+            f"100 per request: {by[('ferry', 100)] / by[('naive', 100)]:.2f}x"
+        )
+    finally:
+        for p in procs:
+            p.stop()
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
