@@ -72,6 +72,8 @@ class SubscriptionRow(Base):
     batch_max_records: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
     batch_max_bytes: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
     batch_linger_ms: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
+    # The subscription's filter document (docs/filters.md); null = every record.
+    filter: Mapped[Any] = mapped_column(sa.JSON, nullable=True)
     # Bumped on every change; lets the coordinator and the UI see that a document moved on.
     version: Mapped[int] = mapped_column(sa.Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
@@ -105,6 +107,7 @@ class SubscriptionRow(Base):
                 "start_from": self.start_from,
                 "state": self.state,
                 "batch": batch,
+                "filter": self.filter,
             }
         )
 
@@ -127,6 +130,7 @@ class SubscriptionRow(Base):
         self.batch_max_records = b.max_records if b else None
         self.batch_max_bytes = b.max_bytes if b else None
         self.batch_linger_ms = b.linger_ms if b else None
+        self.filter = sub.filter
 
 
 class ApiToken(Base):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
+from ferry import filters
 from ferry.errors import ValidationError
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -84,6 +85,8 @@ class Subscription:
     state: str = "active"
     batch: BatchSpec | None = None
     """None: one record per POST (binary mode); else batch push mode."""
+    filter: Any = field(default=None, compare=True)
+    """The filter document (docs/filters.md), validated; None: every record is pushed."""
 
     @property
     def retry_topic(self) -> str:
@@ -116,6 +119,8 @@ class Subscription:
         if self.batch is not None:
             b = self.batch
             doc["batch"] = {"max_records": b.max_records, "max_bytes": b.max_bytes, "linger_ms": b.linger_ms}
+        if self.filter is not None:
+            doc["filter"] = self.filter
         return doc
 
     def with_state(self, state: str) -> Subscription:
@@ -134,6 +139,7 @@ _TOP_FIELDS = frozenset(
         "start_from",
         "state",
         "batch",
+        "filter",
     }
 )
 
@@ -272,6 +278,9 @@ def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = Fa
         raise ValidationError("retry.max_backoff_ms", "must be >= retry.initial_backoff_ms")
 
     batch = _batch(doc.get("batch"))
+    filter_doc = doc.get("filter")
+    if filter_doc is not None:
+        filters.parse(filter_doc)  # raises ValidationError with the filter's dotted field
     dlq = doc.get("dead_letter_topic", f"{name}.dlq")
     dlq = _topic(dlq, "dead_letter_topic")
     if dlq in parsed_topics:
@@ -287,6 +296,7 @@ def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = Fa
         start_from=_choice(doc, "start_from", "earliest", STARTS),
         state=_choice(doc, "state", "active", STATES),
         batch=batch,
+        filter=filter_doc,
     )
 
 

@@ -78,6 +78,7 @@ async def status(request: web.Request) -> web.Response:
                     "delivered": (st or {}).get("delivered", 0),
                     "retried": (st or {}).get("retried", 0),
                     "dead_lettered": (st or {}).get("dead_lettered", 0),
+                    "filtered": (st or {}).get("filtered", 0),
                 }
             )
         return rows

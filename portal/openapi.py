@@ -328,6 +328,7 @@ DOCUMENT: dict[str, Any] = {
                         ("delivered", "integer"),
                         ("retried", "integer"),
                         ("dead_lettered", "integer"),
+                        ("filtered", "integer"),
                     ]
                 },
             },

@@ -102,6 +102,12 @@ class WorkerMetrics:
         self.dead_lettered = LoopCounter(
             "ferry_records_dead_lettered", "Records sent to the dead-letter topic.", "subscription", r
         )
+        self.filtered = LoopCounter(
+            "ferry_records_filtered",
+            "Records the subscription's filter rejected (acknowledged without a push).",
+            "subscription",
+            r,
+        )
         self.push_latency = LoopHistogram(
             "ferry_push_latency_seconds",
             "One push: request sent to answer received.",

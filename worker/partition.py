@@ -23,6 +23,7 @@ from typing import Any
 from ferry import log
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
+from ferry.worker import admission
 from ferry.worker.batch_delivery import BatchDispatcher
 from ferry.worker.context import Context
 from ferry.worker.offset_merge import OffsetMerge
@@ -72,7 +73,7 @@ class PartitionRunner:
             self._restored_end = max((hi for _, hi in restored.acked), default=0)
         self.high_watermark: int | None = None
         self.buffered_bytes = 0
-        self.delivered = self.retried = self.dead_lettered = 0
+        self.delivered = self.retried = self.dead_lettered = self.filtered = 0
         self.dirty = False
         self.closing = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -82,6 +83,8 @@ class PartitionRunner:
         self._m_delivered = m.delivered.labels(sub.name)
         self.m_retried = m.retried.labels(sub.name)
         self._m_dead = m.dead_lettered.labels(sub.name)
+        self._m_filtered = m.filtered.labels(sub.name)
+        self.admission = admission.for_subscription(sub, ctx.client.cluster)
         self.m_latency = m.push_latency.labels(sub.name)
         self._batches: BatchDispatcher | None = BatchDispatcher(self, sub.batch) if sub.batch else None
 
@@ -94,6 +97,7 @@ class PartitionRunner:
             first, last = records[0].offset, records[-1].offset
             if (
                 self.merge is not None
+                and not self.admission.active
                 and first == self.next_offset
                 and last - first + 1 == len(records)
                 and first >= self._restored_end
@@ -120,7 +124,8 @@ class PartitionRunner:
     def _feed_each(self, records: list[Record]) -> None:
         """Record by record: after a re-seek, across holes in the log, or over restored acks."""
         merge, next_offset, add = self.merge, self.next_offset, self.window.add
-        added = 0
+        admission = self.admission if self.admission.active else None
+        added = filtered = 0
         for r in records:
             offset = r.offset
             if next_offset is not None and offset < next_offset:
@@ -134,13 +139,22 @@ class PartitionRunner:
             next_offset = offset + 1
             if merge.is_acked(offset):
                 continue
+            if admission is not None and not admission.admits(r):
+                merge.ack(offset)  # the endpoint does not want it: done without a push
+                filtered += 1
+                continue
             add(r)
             added += r.size
         self.next_offset = next_offset
         self.buffered_bytes += added
+        if filtered:
+            self.filtered += filtered
+            self._m_filtered.inc(filtered)
+            self.dirty = True
 
     def update(self, sub: Subscription) -> None:
         self.sub = sub
+        self.admission = admission.for_subscription(sub, self.ctx.client.cluster, self.admission)
         self.policy = RetryPolicy(sub.retry)
         if (sub.ordering, sub.max_in_flight) != (self.window.ordering, self.window.max_in_flight):
             self.window.reconfigure(sub.ordering, sub.max_in_flight)
@@ -343,4 +357,6 @@ class PartitionRunner:
             "delivered": self.delivered,
             "retried": self.retried,
             "dead_lettered": self.dead_lettered,
+            "filtered": self.filtered,
+            "filter_errors": self.admission.errors,
         }

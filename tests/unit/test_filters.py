@@ -1,0 +1,172 @@
+"""Filters, pure: every Subscriptions API dialect, CESQL's semantics (types, casts, functions, error
+rules, precedence) as tables, validation answers with their dotted field, and the worker's lazy
+record attributes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ferry import filters
+from ferry.errors import ValidationError
+from ferry.filters.cesql import CesqlParseError, compile
+from ferry.subscription import parse as parse_subscription
+from ferry.worker.admission import RecordAttributes
+from ferry.worker.push import Record
+
+EVENT = {"id": "orders/0/7", "source": "/ferry/default/s", "type": "dev.ferry.kafka.record", "kafkatopic": "orders"}
+
+
+@pytest.mark.parametrize(
+    ("doc", "attrs", "passes"),
+    [
+        ({"exact": {"type": "order.created"}}, {"type": "order.created"}, True),
+        ({"exact": {"type": "order.created"}}, {"type": "Order.created"}, False),
+        ({"exact": {"type": "order.created"}}, {}, False),
+        ({"prefix": {"partitionkey": "eu-"}}, {"partitionkey": "eu-42"}, True),
+        ({"prefix": {"partitionkey": "eu-"}}, {"partitionkey": "us-42"}, False),
+        ({"suffix": {"kafkatopic": ".audit"}}, {"kafkatopic": "billing.audit"}, True),
+        ({"suffix": {"kafkatopic": ".audit"}}, {"kafkatopic": "billing"}, False),
+        ({"all": [{"prefix": {"a": "x"}}, {"suffix": {"a": "z"}}]}, {"a": "xyz"}, True),
+        ({"all": [{"prefix": {"a": "x"}}, {"suffix": {"a": "q"}}]}, {"a": "xyz"}, False),
+        ({"any": [{"exact": {"a": "1"}}, {"exact": {"a": "2"}}]}, {"a": "2"}, True),
+        ({"any": [{"exact": {"a": "1"}}, {"exact": {"a": "2"}}]}, {"a": "3"}, False),
+        ({"not": {"exact": {"a": "1"}}}, {"a": "2"}, True),
+        ({"not": {"exact": {"a": "1"}}}, {"a": "1"}, False),
+        ({"sql": "a = 'x' AND LENGTH(b) > 2"}, {"a": "x", "b": "abc"}, True),
+        ({"sql": "a = 'x' AND LENGTH(b) > 2"}, {"a": "x", "b": "ab"}, False),
+        ({"sql": "missing = 'x'"}, {"a": "x"}, False),  # an evaluation error rejects
+        ({"sql": "'not a bool'"}, {}, False),  # a non-boolean result rejects
+        ({"not": {"sql": "missing = 'x'"}}, {}, False),  # an error is not negated into a pass
+    ],
+)
+def test_dialects(doc: Any, attrs: dict[str, str], passes: bool) -> None:
+    assert filters.parse(doc).matches(attrs)[0] is passes
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ("exact", "filter"),
+        ({}, "filter"),
+        ({"exact": {"a": "1"}, "prefix": {"a": "1"}}, "filter"),
+        ({"equals": {"a": "1"}}, "filter"),
+        ({"exact": {"a": "1", "b": "2"}}, "filter.exact"),
+        ({"exact": {"A": "1"}}, "filter.exact.A"),
+        ({"prefix": {"a": 1}}, "filter.prefix.a"),
+        ({"all": []}, "filter.all"),
+        ({"any": [{"exact": {"a": "1"}}, {"sql": "a ="}]}, "filter.any[1].sql"),
+        ({"not": {"sql": ""}}, "filter.not.sql"),
+        ({"sql": "NOPE(a)"}, "filter.sql"),
+    ],
+)
+def test_invalid_filters_name_their_field(doc: Any, field: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        filters.parse(doc)
+    assert e.value.field == field
+
+
+def test_a_parse_error_says_where() -> None:
+    with pytest.raises(CesqlParseError) as e:
+        compile("type = 'x' AND\n  (source LIKE 3")
+    assert (e.value.line, e.value.column) == (2, 16) and "^" in str(e.value)
+
+
+def test_the_subscription_document_carries_its_filter() -> None:
+    doc = {"name": "s", "topics": ["t"], "endpoint": {"url": "http://e/hook"}, "filter": {"exact": {"type": "x"}}}
+    sub = parse_subscription(doc)
+    assert sub.filter == {"exact": {"type": "x"}} and sub.to_doc()["filter"] == {"exact": {"type": "x"}}
+    assert "filter" not in parse_subscription({**doc, "filter": None}).to_doc()
+    with pytest.raises(ValidationError) as e:
+        parse_subscription({**doc, "filter": {"sql": "type = "}})
+    assert e.value.field == "filter.sql"
+
+
+@pytest.mark.parametrize(
+    ("expression", "value", "errors"),
+    [
+        # literals, case
+        ("TRUE", True, []),
+        ("fAlSe", False, []),
+        ("'it''s'", "it's", []),
+        ('"say \\"hi\\""', 'say "hi"', []),
+        ("-2147483648", -2147483648, []),
+        # arithmetic: precedence, truncation, casts, errors
+        ("4 * 2 + 4 / 2", 10, []),
+        ("-7 / 2", -3, []),
+        ("-7 % 3", -1, []),
+        ("5 / 0", 0, ["math"]),
+        ("'5' + 3", 8, []),
+        ("5 + TRUE", 6, []),
+        ("'five' + 1", 0, ["cast"]),
+        ("2147483647 + 1", -2147483648, []),
+        ("--10", 10, []),
+        ("-TRUE", -1, []),
+        # comparison: = casts the left operand to the right one's type
+        ("'TRUE' = true", True, []),
+        ("true = 'TRUE'", False, []),
+        ("1 <> 2", True, []),
+        ("'10' > 9", True, []),
+        # logic: short circuit, errors, no implicit Integer → Boolean
+        ("false AND (1 / 0 = 0)", False, []),
+        ("true AND (1 != 1 / 0)", False, ["math"]),
+        ("true OR (1 / 0 = 0)", True, []),
+        ("TRUE XOR TRUE", False, []),
+        ("NOT 'false'", True, []),
+        ("NOT 10", True, ["cast"]),
+        # LIKE with escapes, on casts
+        ("'a%b' LIKE 'a\\%b'", True, []),
+        ("'axb' LIKE 'a\\%b'", False, []),
+        ("'abc' LIKE 'a_c'", True, []),
+        ("2344 LIKE '23%'", True, []),
+        ("'ab' NOT LIKE 'a%'", False, []),
+        # IN casts the set to the left operand's type
+        ("1 IN ('1', '2')", True, []),
+        ("'true' IN (TRUE, 'x')", True, []),
+        ("3 NOT IN (1, 2)", True, []),
+        # attributes
+        ("kafkatopic", "orders", []),
+        ("EXISTS ID", True, []),
+        ("EXISTS subject", False, []),
+        ("subject", False, ["missingAttribute"]),
+        ("subject * 5", 0, ["missingAttribute"]),
+        ("1 / subject", 0, ["missingAttribute"]),
+        # functions
+        ("CONCAT_WS(',', 'a', 'b')", "a,b", []),
+        ("CONCAT()", "", []),
+        ("SUBSTRING('Sakila', -5, 3)", "aki", []),
+        ("SUBSTRING('abcdef', 10)", "", ["functionEvaluation"]),
+        ("LEFT('abc', -2)", "abc", ["functionEvaluation"]),
+        ("RIGHT('abc', 2)", "bc", []),
+        ("ABS(-2147483648)", 2147483647, ["math"]),
+        ("INT('x')", 0, ["cast"]),
+        ("BOOL(100)", True, []),
+        ("STRING(FALSE)", "false", []),
+        ("TRIM('  a b  ')", "a b", []),
+        ("lower('AbC')", "abc", []),
+        ("NOPE(1)", False, ["missingFunction"]),
+        ("CONCAT_WS()", False, ["missingFunction"]),
+    ],
+)
+def test_cesql(expression: str, value: Any, errors: list[str]) -> None:
+    got, errs = compile(expression).evaluate(EVENT)
+    assert (got, type(got), errs) == (value, type(value), errors)
+
+
+@pytest.mark.parametrize("expression", ["ABC(", "x LIKE 123", "1 IN ()", "a = = b", "2147483648", "'open"])
+def test_parse_errors(expression: str) -> None:
+    with pytest.raises(CesqlParseError):
+        compile(expression)
+
+
+def test_record_attributes_are_those_of_the_push() -> None:
+    rec = Record(
+        "orders", 3, 17, b"eu/42", b"{}", [("Region", b"eu"), ("content-type", b"application/json"), ("x-y", b"no")], 0
+    )
+    a = RecordAttributes(rec, "default", "billing")
+    assert a["id"] == "orders/3/17" and a["source"] == "/ferry/default/billing"
+    assert a["partitionkey"] == "eu%2F42" and a["kafkaoffset"] == "17" and a["time"] == "1970-01-01T00:00:00.000Z"
+    assert a["region"] == "eu" and a["datacontenttype"] == "application/json"
+    assert "x-y" not in a and a.get("subject") is None and "region" in a
+    assert filters.parse({"sql": "region = 'eu' AND kafkapartition = 3"}).matches(a) == (True, False)
