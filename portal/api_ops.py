@@ -20,6 +20,7 @@ from ferry.offsets import OffsetState
 from ferry.portal.api_subscriptions import announce, load, set_state
 from ferry.portal.cluster import ClusterBusy
 from ferry.portal.http import CLUSTER, ENGINE, ApiError, actor, read_json
+from ferry.portal.trace_op import trace_record
 from ferry.subscription import PartitionRef, Subscription
 
 _log = log.get_logger(__name__)
@@ -205,6 +206,29 @@ async def replay(request: web.Request) -> web.Response:
     return web.json_response({"replayed": n, "retry_topic": sub.retry_topic})
 
 
+async def record_trace(request: web.Request) -> web.Response:
+    """Where one record of the subscription is (docs/api.md, "Record trace")."""
+    sub = await asyncio.to_thread(_subscription, request)
+    topic = request.match_info["topic"]
+    if topic not in (*sub.topics, sub.retry_topic):
+        raise ApiError(404, f"subscription {sub.name!r} does not read topic {topic!r}", "topic")
+    numbers = []
+    for field in ("partition", "offset"):
+        raw = request.match_info[field]
+        if not raw.isdigit() or len(raw) > 19:
+            raise ApiError(400, "must be a non-negative integer", field)
+        numbers.append(int(raw))
+    partition, offset = numbers
+    counts = await asyncio.to_thread(request.app[CLUSTER].partition_counts, [topic])
+    if partition >= counts.get(topic, 0):
+        raise ApiError(404, f"topic {topic!r} has no partition {partition}", "partition")
+    try:
+        answer = await asyncio.to_thread(trace_record, request.app[CLUSTER], sub, topic, partition, offset)
+    except ClusterBusy as exc:
+        raise ApiError(503, str(exc)) from None
+    return web.json_response(answer)
+
+
 async def workers(request: web.Request) -> web.Response:
     return web.json_response({"workers": await asyncio.to_thread(request.app[CLUSTER].workers)})
 
@@ -216,3 +240,4 @@ def routes(app: web.Application) -> None:
     app.router.add_get(base + "/dead-letters", dead_letters)
     app.router.add_post(base + "/dead-letters/replay", replay)
     app.router.add_get("/api/v1/workers", workers)
+    app.router.add_get(base + "/records/{topic}/{partition}/{offset}", record_trace)

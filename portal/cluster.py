@@ -217,6 +217,26 @@ class Cluster:
             ) from None
         return ends[(topic, partition)]
 
+    def record_at(self, topic: str, partition: int, offset: int) -> Message | None:
+        """The record at ``offset`` (None when the log does not hold it): one fetch."""
+        found: list[Message] = []
+
+        def first(m: Message) -> bool:
+            if m.offset() == offset:
+                found.append(m)
+            return True
+
+        c = self._consumer()
+        try:
+            kafka.read_partitions_to_end(
+                c, {(topic, partition): offset}, until=first, timeout_s=SCAN_TIMEOUT_S, ignore_errors=True
+            )
+        except kafka.KafkaUnavailable:
+            return None
+        finally:
+            c.close()
+        return found[0] if found else None
+
     def start_offset(self, topic: str, partition: int) -> int:
         """The first offset still in the log (or the end when empty)."""
         return self.scan(topic, partition, OFFSET_BEGINNING, until_ts_ms=0)

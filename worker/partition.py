@@ -37,6 +37,9 @@ _log = log.get_logger(__name__)
 _offset = attrgetter("offset")
 _size = attrgetter("size")
 
+LIVE_SHOWN = 200
+"""Records being pushed that a partition's stats list for the record trace (lowest offsets first)."""
+
 STALL_LOG_S = 60.0
 """A watermark held this long is logged (once, and once more when it moves again)."""
 
@@ -74,6 +77,9 @@ class PartitionRunner:
         self.high_watermark: int | None = None
         self.buffered_bytes = 0
         self.delivered = self.retried = self.dead_lettered = self.filtered = 0
+        # What the record trace shows of records being pushed: offset → (state, attempts, last
+        # status, last error, next attempt at epoch ms).
+        self.live: dict[int, tuple[str, int, int | None, str | None, int | None]] = {}
         self.dirty = False
         self.closing = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -194,10 +200,15 @@ class PartitionRunner:
         lease = self.ctx.lease
         attempt = 0
         dead = False
+        live = self.live
+        offset = record.offset
+        last_status: int | None = None
+        last_error: str | None = None
         while True:
             if not lease.allowed():
                 await lease.wait()
             attempt += 1
+            live[offset] = ("in_flight", attempt, last_status, last_error, None)
             if attempt > 1:
                 self.retried += 1
                 self.m_retried.inc()
@@ -218,6 +229,14 @@ class PartitionRunner:
                 await self.dead_letter(record, decision.reason, attempt)
                 dead = True
                 break
+            last_status, last_error = status, (None if status is not None else result.error)
+            live[offset] = (
+                "waiting_retry",
+                attempt,
+                last_status,
+                last_error,
+                int((time.time() + decision.delay_s) * 1000),
+            )
             _log.info(
                 "push.retry",
                 subscription=self.sub.name,
@@ -229,6 +248,7 @@ class PartitionRunner:
                 reason=decision.reason,
             )
             await asyncio.sleep(decision.delay_s)
+        live.pop(offset, None)
         self._acknowledged(record, dead)
 
     async def dead_letter(self, record: Record, reason: str, attempts: int) -> None:
@@ -359,4 +379,5 @@ class PartitionRunner:
             "dead_lettered": self.dead_lettered,
             "filtered": self.filtered,
             "filter_errors": self.admission.errors,
+            "live": [[o, *v] for o, v in sorted(self.live.items())[:LIVE_SHOWN]],
         }

@@ -43,6 +43,7 @@ ACCESS = {
     ("POST", "/api/v1/subscriptions/{name}/dead-letters/replay"): ADMIN_ONLY,
     ("GET", "/api/v1/workers"): READ,
     ("GET", "/api/v1/delays"): READ,
+    ("GET", "/api/v1/subscriptions/{name}/records/{topic}/{partition}/{offset}"): READ,
     ("GET", "/api/v1/transactions"): READ,
     ("GET", "/api/v1/openapi.json"): READ,
     ("GET", "/api/v1/tokens"): ADMIN_ONLY,

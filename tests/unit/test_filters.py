@@ -10,10 +10,11 @@ import pytest
 
 from ferry import filters
 from ferry.errors import ValidationError
+from ferry.filters.attributes import RecordAttributes, rfc3339_ms
 from ferry.filters.cesql import CesqlParseError, compile
 from ferry.subscription import parse as parse_subscription
-from ferry.worker.admission import RecordAttributes
-from ferry.worker.push import Record
+from ferry.worker.push import CE_TYPE, DEFAULT_CONTENT_TYPE
+from ferry.worker.push import rfc3339_ms as push_time
 
 EVENT = {"id": "orders/0/7", "source": "/ferry/default/s", "type": "dev.ferry.kafka.record", "kafkatopic": "orders"}
 
@@ -161,12 +162,18 @@ def test_parse_errors(expression: str) -> None:
 
 
 def test_record_attributes_are_those_of_the_push() -> None:
-    rec = Record(
-        "orders", 3, 17, b"eu/42", b"{}", [("Region", b"eu"), ("content-type", b"application/json"), ("x-y", b"no")], 0
-    )
-    a = RecordAttributes(rec, "default", "billing")
+    headers = [("Region", b"eu"), ("content-type", b"application/json"), ("x-y", b"no")]
+    a = RecordAttributes("orders", 3, 17, b"eu/42", headers, 0, "default", "billing")
     assert a["id"] == "orders/3/17" and a["source"] == "/ferry/default/billing"
     assert a["partitionkey"] == "eu%2F42" and a["kafkaoffset"] == "17" and a["time"] == "1970-01-01T00:00:00.000Z"
     assert a["region"] == "eu" and a["datacontenttype"] == "application/json"
     assert "x-y" not in a and a.get("subject") is None and "region" in a
     assert filters.parse({"sql": "region = 'eu' AND kafkapartition = 3"}).matches(a) == (True, False)
+
+
+def test_the_attribute_view_agrees_with_the_push_path() -> None:
+    from ferry.filters import attributes
+
+    assert (attributes.CE_TYPE, attributes.DEFAULT_CONTENT_TYPE) == (CE_TYPE, DEFAULT_CONTENT_TYPE)
+    for ts in (0, 1_795_552_317_864, 999, 1_000):
+        assert rfc3339_ms(ts) == push_time(ts)
