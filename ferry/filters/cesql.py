@@ -148,12 +148,13 @@ def _wrap(n: int) -> int:
 
 
 def to_int(v: Value, errors: Errors) -> int:
-    if isinstance(v, bool):
+    cls = v.__class__
+    if cls is int:
+        return v  # type: ignore[return-value]
+    if cls is bool:
         return 1 if v else 0
-    if isinstance(v, int):
-        return v
-    text = v.strip()
-    if re.fullmatch(r"[+-]?[0-9]+", text):
+    text = str(v).strip()
+    if text.isascii() and (text[1:] if text[:1] in "+-" else text).isdigit():
         n = int(text)
         if INT_MIN <= n <= INT_MAX:
             return n
