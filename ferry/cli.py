@@ -13,7 +13,9 @@ from ferry.errors import FerryError
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ferry", description="Kafka consumer proxy cluster.")
+    p = argparse.ArgumentParser(
+        prog="ferry", description="Kafka proxy cluster: services, `ferry dev`, and client commands."
+    )
     p.add_argument("--config", help="ferry.toml with settings (environment variables win)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -45,11 +47,22 @@ def _parser() -> argparse.ArgumentParser:
     replay.add_argument("--until", help="only records before this time (ISO 8601 or epoch ms)")
 
     sub.add_parser("config", help="print the effective settings, secrets masked")
+
+    from ferry.client import commands as client_commands
+
+    client_commands.add_parsers(sub)
     return p
+
+
+CLIENT_COMMANDS = ("login", "subscriptions", "apply", "dead-letters", "produce", "trace")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command in CLIENT_COMMANDS:
+        from ferry.client import commands as client_commands
+
+        return client_commands.run(args)
     try:
         settings = config.load(args.config)
         from ferry import log

@@ -1,0 +1,223 @@
+"""The client commands: one function each, called by ``ferry.cli`` with the parsed arguments.
+
+Every command prints its result (a table, or ``-o json|yaml``) and returns the exit code; errors
+are one line on stderr: 0 ok, 1 error, 2 usage, 3 not found, 4 not allowed (401/403), 5 conflict
+(409/422), 6 unreachable or unavailable (docs/cli.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ferry.client import plan as planner
+from ferry.client.api import EXIT_OK, EXIT_USAGE, Client, ClientError, Profile
+from ferry.client.output import render, table
+from ferry.errors import ValidationError
+
+PRODUCE_BATCH = 500
+
+
+def add_parsers(sub: Any) -> None:
+    login = sub.add_parser("login", help="save the portal URL and token for the client commands (mode 0600)")
+    login.add_argument("url", help="the portal's URL, e.g. http://127.0.0.1:8080")
+    login.add_argument("--token", required=True, help="an API token (read, admin)")
+    login.add_argument("--gateway-url", default="", help="the gateway's URL, for `ferry produce`")
+
+    subs = sub.add_parser("subscriptions", help="list, inspect and operate subscriptions")
+    subs.add_argument("action", choices=["list", "get", "status", "pause", "resume", "reset", "delete"])
+    subs.add_argument("name", nargs="?")
+    subs.add_argument("--to", help="reset: earliest, latest or epoch ms")
+    _output(subs)
+
+    apply = sub.add_parser("apply", help="make the portal's subscriptions match YAML/JSON files (GitOps)")
+    apply.add_argument("-f", "--file", action="append", required=True, help="a file or directory (repeatable)")
+    apply.add_argument("--prune", action="store_true", help="delete subscriptions the files no longer list")
+    apply.add_argument("--dry-run", action="store_true", help="show the changes, change nothing")
+    apply.add_argument("--force", action="store_true", help="update every listed subscription")
+
+    dl = sub.add_parser("dead-letters", help="list a subscription's dead letters, or redrive them")
+    dl.add_argument("action", choices=["list", "redrive"])
+    dl.add_argument("name")
+    dl.add_argument("--limit", type=int, default=100)
+    _output(dl)
+
+    produce = sub.add_parser("produce", help="write lines from stdin to a topic through the gateway")
+    produce.add_argument("topic")
+    produce.add_argument("--key-sep", help="split each line into key and value at the first SEP")
+    produce.add_argument("--gateway-url", help="the gateway's URL (default: from login or FERRY_GATEWAY_URL)")
+    _output(produce)
+
+    trace = sub.add_parser("trace", help="where is a record: TOPIC/PARTITION/OFFSET of a subscription")
+    trace.add_argument("record", help="TOPIC/PARTITION/OFFSET")
+    trace.add_argument("--subscription", "-s", required=True)
+    _output(trace)
+
+
+def _output(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", choices=["table", "json", "yaml"], default="table")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.command == "login":
+            return login(args)
+        client = Client(_profile(args))
+        try:
+            return {
+                "subscriptions": subscriptions,
+                "apply": apply,
+                "dead-letters": dead_letters,
+                "produce": produce,
+                "trace": trace,
+            }[args.command](client, args)
+        finally:
+            client.close()
+    except ClientError as exc:
+        print(f"ferry {args.command}: {exc}" + (f" (field {exc.field})" if exc.field else ""), file=sys.stderr)
+        return exc.exit_code
+    except ValidationError as exc:
+        print(f"ferry {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _profile(args: argparse.Namespace) -> Profile:
+    p = Profile.load()
+    gateway = getattr(args, "gateway_url", None)
+    return Profile(p.url, p.token, gateway.rstrip("/")) if gateway else p
+
+
+def login(args: argparse.Namespace) -> int:
+    profile = Profile(args.url.rstrip("/"), args.token, args.gateway_url.rstrip("/"))
+    client = Client(profile)
+    try:
+        client.call("GET", "/api/v1/subscriptions")  # the token works
+    finally:
+        client.close()
+    path = profile.save()
+    print(f"logged in to {profile.url}; saved to {path}")
+    return EXIT_OK
+
+
+def _need_name(args: argparse.Namespace) -> str:
+    if not args.name:
+        raise ValidationError("name", f"`ferry subscriptions {args.action}` needs a subscription name")
+    return str(args.name)
+
+
+def subscriptions(c: Client, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        subs = c.call("GET", "/api/v1/subscriptions")["subscriptions"]
+        rows = [{**s, "endpoint": s["endpoint"]["url"]} for s in subs]
+        print(render(subs, args.output, ["name", "state", "topics", "endpoint", "ordering"], rows))
+        return EXIT_OK
+    name = _need_name(args)
+    base = f"/api/v1/subscriptions/{name}"
+    if args.action == "get":
+        print(render(c.call("GET", base), "yaml" if args.output == "table" else args.output))
+    elif args.action == "status":
+        st = c.call("GET", base + "/status")
+        cols = ["topic", "partition", "worker", "committed", "high_watermark", "lag", "in_flight", "dead_lettered"]
+        print(render(st, args.output, cols, st["partitions"]))
+    elif args.action in ("pause", "resume"):
+        doc = c.call("POST", f"{base}/{args.action}")
+        print(render(doc, args.output) if args.output != "table" else f"{name}: {doc['state']}")
+    elif args.action == "reset":
+        if not args.to:
+            raise ValidationError("--to", "reset needs --to earliest|latest|<epoch ms>")
+        to: Any = int(args.to) if args.to.isdigit() else args.to
+        doc = c.call("POST", base + "/reset", body={"to": to})
+        print(render(doc, args.output, ["topic", "partition", "committed"], doc.get("partitions", [])))
+    elif args.action == "delete":
+        c.call("DELETE", base)
+        print(f"{name}: deleted")
+    return EXIT_OK
+
+
+def apply(c: Client, args: argparse.Namespace) -> int:
+    desired = planner.load_documents(args.file)
+    current = c.call("GET", "/api/v1/subscriptions")["subscriptions"]
+    p = planner.plan(current, desired, prune=args.prune, force=args.force)
+    for doc in p.create:
+        print(f"+ create {doc['name']}")
+        print(planner.diff(None, planner.normalise(doc), doc["name"]), end="")
+    for cur, doc in p.update:
+        print(f"~ update {doc['name']}")
+        print(planner.diff(cur, planner.normalise(doc), doc["name"]), end="")
+    for name in p.delete:
+        print(f"- delete {name}")
+    if p.empty:
+        print(f"no changes ({len(p.unchanged)} subscriptions as the files say)")
+        return EXIT_OK
+    if args.dry_run:
+        print("dry run: nothing changed")
+        return EXIT_OK
+    for doc in p.create:
+        c.call("POST", "/api/v1/subscriptions", body=doc)
+    for _, doc in p.update:
+        c.call("PUT", f"/api/v1/subscriptions/{doc['name']}", body=doc)
+    for name in p.delete:
+        c.call("DELETE", f"/api/v1/subscriptions/{name}")
+    print(f"applied: {len(p.create)} created, {len(p.update)} updated, {len(p.delete)} deleted")
+    return EXIT_OK
+
+
+def dead_letters(c: Client, args: argparse.Namespace) -> int:
+    base = f"/api/v1/subscriptions/{args.name}/dead-letters"
+    if args.action == "list":
+        doc = c.call("GET", base, limit=args.limit)
+        cols = ["source_topic", "source_partition", "source_offset", "attempts", "error", "key"]
+        print(render(doc, args.output, cols, doc["dead_letters"]))
+    else:
+        doc = c.call("POST", base + "/replay", body={"limit": args.limit})
+        print(render(doc, args.output) if args.output != "table" else f"redriven: {doc.get('replayed')}")
+    return EXIT_OK
+
+
+def produce(c: Client, args: argparse.Namespace) -> int:
+    written = failed = 0
+    batch: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        nonlocal written, failed
+        if not batch:
+            return
+        doc = c.call("POST", f"/api/v1/topics/{args.topic}/records", body={"records": batch}, gateway=True)
+        for r in doc["results"]:
+            results.append(r)
+            if "error" in r:
+                failed += 1
+            else:
+                written += 1
+        batch.clear()
+
+    for line in sys.stdin:
+        line = line.rstrip("\n")
+        if args.key_sep and args.key_sep in line:
+            key, value = line.split(args.key_sep, 1)
+            batch.append({"key": key, "value": value})
+        else:
+            batch.append({"value": line})
+        if len(batch) >= PRODUCE_BATCH:
+            flush()
+    flush()
+    if args.output != "table":
+        print(render({"written": written, "failed": failed, "results": results}, args.output))
+    else:
+        print(f"{written} written to {args.topic}" + (f", {failed} refused" if failed else ""))
+    return EXIT_OK if not failed else 1
+
+
+def trace(c: Client, args: argparse.Namespace) -> int:
+    parts = args.record.rsplit("/", 2)
+    if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+        raise ValidationError("record", "give TOPIC/PARTITION/OFFSET, e.g. orders/3/4711")
+    topic, partition, offset = parts
+    doc = c.call("GET", f"/api/v1/subscriptions/{args.subscription}/records/{topic}/{partition}/{offset}")
+    if args.output == "table":
+        print(table(["field", "value"], [{"field": k, "value": v} for k, v in doc.items()]))
+    else:
+        print(render(doc, args.output))
+    return EXIT_OK

@@ -1,0 +1,81 @@
+"""The client commands against a real stack (ferry dev: portal, gateway, worker): login stores the
+token privately, apply is idempotent and prunes only what it says, produce goes through the
+gateway, trace and status answer, and errors end with meaningful exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.endpoint import EndpointRecorder
+from tests.support.kafka import create_topic
+from tests.support.stack import DevStack
+from tests.support.wait import until
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_operator_cli(tmp_path: Path, endpoint: EndpointRecorder) -> None:
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    env.pop("FERRY_URL", None)
+    env.pop("FERRY_TOKEN", None)
+
+    def ferry(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "ferry.cli", *args], env=env, input=stdin, capture_output=True, text=True, timeout=60
+        )
+
+    with DevStack(tmp_path, workers=1) as stack:
+        s = stack.state
+        topic = f"cli-{secrets.token_hex(3)}"
+        create_topic(s["kafka_bootstrap"], topic, 2)
+        assert ferry("subscriptions", "list").returncode == 4  # not logged in: one line, no traceback
+        bad = ferry("login", s["portal_url"], "--token", "wrong")
+        assert bad.returncode == 4 and bad.stderr.count("\n") == 1
+        ok = ferry("login", s["portal_url"], "--token", s["admin_token"], "--gateway-url", s["gateway_url"])
+        assert ok.returncode == 0, ok.stderr
+        saved = tmp_path / "xdg" / "ferry" / "config.json"
+        assert (
+            stat.S_IMODE(saved.stat().st_mode) == 0o600 and json.loads(saved.read_text())["token"] == s["admin_token"]
+        )
+
+        subs = tmp_path / "subs"
+        subs.mkdir()
+        (subs / "a.yaml").write_text(f"name: cli-a\ntopics: [{topic}]\nendpoint: {{url: {endpoint.url}}}\n")
+        (subs / "b.json").write_text(
+            json.dumps({"name": "cli-b", "topics": [topic], "endpoint": {"url": endpoint.url}})
+        )
+        first = ferry("apply", "-f", str(subs))
+        assert first.returncode == 0 and "+ create cli-a" in first.stdout and "2 created" in first.stdout, first.stdout
+        again = ferry("apply", "-f", str(subs))
+        assert again.returncode == 0 and "no changes" in again.stdout, again.stdout
+        (subs / "b.json").unlink()
+        dry = ferry("apply", "-f", str(subs), "--prune", "--dry-run")
+        assert "- delete cli-b" in dry.stdout and "nothing changed" in dry.stdout
+        assert "cli-b" in ferry("subscriptions", "list").stdout
+        pruned = ferry("apply", "-f", str(subs), "--prune")
+        assert pruned.returncode == 0 and "1 deleted" in pruned.stdout
+        listed = json.loads(ferry("subscriptions", "list", "-o", "json").stdout)
+        assert [d["name"] for d in listed] == ["cli-a"]  # only what it said
+
+        produced = ferry("produce", topic, "--key-sep", ":", stdin="k1:hello\nk2:world\nplain\n")
+        assert produced.returncode == 0 and "3 written" in produced.stdout, produced.stderr
+        until(lambda: len({r.body for r in endpoint.received}) >= 3, timeout_s=60, what="the produced lines pushed")
+        assert {r.body for r in endpoint.received} == {b"hello", b"world", b"plain"}
+
+        assert ferry("subscriptions", "pause", "cli-a").stdout.strip() == "cli-a: paused"
+        assert ferry("subscriptions", "resume", "cli-a").stdout.strip() == "cli-a: active"
+        status = ferry("subscriptions", "status", "cli-a")
+        assert status.returncode == 0 and "COMMITTED" in status.stdout
+        traced = json.loads(ferry("trace", f"{topic}/0/0", "-s", "cli-a", "-o", "json").stdout)
+        assert traced["state"] in ("delivered", "not_in_log")
+        assert ferry("subscriptions", "get", "nope").returncode == 3
+        assert ferry("dead-letters", "list", "cli-a").returncode == 0
+        assert ferry("trace", "no-slashes", "-s", "cli-a").returncode == 2
