@@ -374,6 +374,17 @@ def describe(settings: Settings) -> dict[str, Any]:
         for part in s.path.split("."):
             value = getattr(value, part)
         if s.secret and value:
-            value = "***"
+            value = mask_url_password(value) if s.env == "FERRY_DB_URL" else "***"
         out[s.env] = value
     return out
+
+
+def mask_url_password(url: str) -> str:
+    """A database URL with only its password masked (``mysql+pymysql://ferry:***@db:3306/ferry``),
+    so what it points at stays visible."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    creds, _, host = rest.rpartition("@")
+    user, colon, _password = creds.partition(":")
+    return f"{scheme}://{user}{':***' if colon else ''}@{host}"

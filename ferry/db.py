@@ -196,6 +196,29 @@ def session(engine: Engine) -> Iterator[Session]:
 # --- subscriptions -------------------------------------------------------------------------
 
 
+SCHEMA_REVISION = "0004"
+"""The migration this code expects (``ferry migrate`` applies it; tests/unit/test_layering.py keeps
+it equal to the newest file in migrations/versions)."""
+
+
+def schema_problem(engine: Engine) -> str | None:
+    """Blocking: None when the database answers and carries :data:`SCHEMA_REVISION`, else what is
+    wrong and what to do, in one line."""
+    try:
+        with engine.connect() as conn:
+            try:
+                revision = conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+            except sa.exc.DBAPIError:
+                revision = None
+    except Exception as exc:
+        first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        return f"the metadata database is unreachable ({first}): check FERRY_DB_URL"
+    if revision != SCHEMA_REVISION:
+        found = "no schema" if revision is None else f"schema {revision}"
+        return f"the metadata database has {found}, this Ferry needs {SCHEMA_REVISION}: run `ferry migrate`"
+    return None
+
+
 def load_subscriptions(engine: Engine) -> list[Subscription]:
     """Every subscription, ordered by name (the coordinator's catalog)."""
     with session(engine) as s:

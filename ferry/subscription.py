@@ -244,7 +244,8 @@ def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = Fa
     ``previous`` is the stored version when updating: a header value sent back as ``***``
     keeps the stored secret. ``internal``: Ferry's own work may use the reserved name prefix.
     """
-    doc = _obj(doc, "")
+    doc = dict(_obj(doc, ""))
+    doc.pop("warnings", None)  # read-only hints of an earlier answer, sent back with the document
     _no_extra(doc, _TOP_FIELDS, "")
     name = doc.get("name")
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
@@ -252,8 +253,12 @@ def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = Fa
     if name.startswith(INTERNAL_PREFIX) and not internal:
         raise ValidationError("name", f"names starting with {INTERNAL_PREFIX!r} are reserved for Ferry's own work")
     topics = doc.get("topics")
-    if not isinstance(topics, list) or not topics:
+    if topics is None:
         raise ValidationError("topics", "is required: a non-empty list of topic names")
+    if not isinstance(topics, list):
+        raise ValidationError("topics", f'must be a list of topic names, e.g. ["orders"]; got {type(topics).__name__}')
+    if not topics:
+        raise ValidationError("topics", "must list at least one topic name")
     if len(topics) > 100:
         raise ValidationError("topics", "at most 100 topics")
     parsed_topics = tuple(_topic(t, f"topics.{i}") for i, t in enumerate(topics))

@@ -85,7 +85,13 @@ async def status(request: web.Request) -> web.Response:
         return rows
 
     rows = await asyncio.to_thread(gather)
-    return web.json_response({"name": sub.name, "state": sub.state, "partitions": rows})
+    answer: dict[str, Any] = {"name": sub.name, "state": sub.state, "partitions": rows}
+    missing = [t for t in sub.topics if not any(r["topic"] == t for r in rows)]
+    if missing:
+        answer["warnings"] = [
+            f"topic {t!r} does not exist (yet): nothing is delivered until it is created" for t in missing
+        ]
+    return web.json_response(answer)
 
 
 def _target(value: Any) -> str | int:

@@ -71,7 +71,22 @@ async def create(request: web.Request) -> web.Response:
         raise ApiError(409, f"a subscription named {sub.name!r} already exists", "name") from None
     await announce(request, "create", sub.name)
     _log.info("subscription.created", name=sub.name, by=actor(request))
-    return web.json_response(_doc(sub), status=201)
+    return web.json_response({**_doc(sub), **await _warnings(request, sub)}, status=201)
+
+
+async def _warnings(request: web.Request, sub: Subscription) -> dict[str, Any]:
+    """A hint when a topic does not exist (yet): the subscription is kept and starts delivering
+    once the topic is created, but a typo would otherwise go unnoticed."""
+    try:
+        counts = await asyncio.to_thread(request.app[CLUSTER].partition_counts, list(sub.topics))
+    except Exception:
+        return {}
+    missing = [t for t in sub.topics if t not in counts]
+    if not missing:
+        return {}
+    return {
+        "warnings": [f"topic {t!r} does not exist (yet): nothing is delivered until it is created" for t in missing]
+    }
 
 
 async def get(request: web.Request) -> web.Response:

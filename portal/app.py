@@ -6,6 +6,8 @@ Blocking work (database, ZooKeeper, Kafka) runs in threads so one slow call neve
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -47,7 +49,18 @@ def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Applic
         "latency": Histogram("ferry_portal_request_seconds", "Portal request latency.", ["route"], registry=registry),
     }
 
-    async def healthz(_: web.Request) -> web.Response:
+    health: dict[str, Any] = {"checked": 0.0, "problem": None}
+
+    async def healthz(request: web.Request) -> web.Response:
+        """Readiness: the database answers with the expected schema (checked at most every 2 s)."""
+        now = time.monotonic()
+        if now - float(health["checked"] or 0) > 2.0:
+            health["problem"] = await asyncio.to_thread(db.schema_problem, request.app[ENGINE])
+            health["checked"] = now
+        if health["problem"]:
+            return web.json_response(
+                {"status": "unavailable", "service": "portal", "reason": health["problem"]}, status=503
+            )
         return web.json_response({"status": "ok", "service": "portal"})
 
     async def metrics(request: web.Request) -> web.Response:

@@ -20,6 +20,15 @@ def main(settings: Settings) -> int:
         raise ConfigError(
             "FERRY_ADMIN_TOKEN", "is required: the portal refuses to start without a bootstrap admin token"
         )
+    from ferry import db
+
+    engine = db.make_engine(settings.database.url)
+    try:
+        problem = db.schema_problem(engine)
+    finally:
+        engine.dispose()
+    if problem:
+        raise ConfigError("FERRY_DB_URL", problem)
     return asyncio.run(serve(settings))
 
 

@@ -47,3 +47,10 @@ def test_wheel_installs_only_the_ferry_package(tmp_path: Path) -> None:
     assert {t for t in top if not t.endswith(".dist-info")} == {"ferry"}, sorted(top)
     for module in ("worker/engine.py", "portal/static/index.html", "migrations/alembic.ini", "gateway/__init__.py"):
         assert f"ferry/{module}" in names, module
+
+
+def test_the_code_expects_the_newest_migration() -> None:
+    from ferry import db
+
+    newest = max(p.name.split("_", 1)[0] for p in (ROOT / "migrations" / "versions").glob("[0-9]*_*.py"))
+    assert newest == db.SCHEMA_REVISION, "bump ferry.db.SCHEMA_REVISION with the new migration"

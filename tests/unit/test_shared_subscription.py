@@ -138,3 +138,16 @@ def test_batch_defaults_and_round_trip(batch: Any, expected: Any) -> None:
     assert doc.get("batch") == expected
     assert ("batch" in doc) == (expected is not None)  # single-record documents stay as they were
     assert parse(sub.to_doc(mask_secrets=False)) == sub
+
+
+@pytest.mark.parametrize(
+    ("topics", "message"),
+    [(None, "is required"), ("orders", "must be a list of topic names"), ([], "at least one topic")],
+)
+def test_topics_errors_say_what_to_change(topics: object, message: str) -> None:
+    doc = {"name": "s", "endpoint": {"url": "http://e/hook"}}
+    if topics is not None:
+        doc["topics"] = topics
+    with pytest.raises(ValidationError) as e:
+        parse(doc)
+    assert e.value.field == "topics" and message in e.value.message
