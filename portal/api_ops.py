@@ -186,8 +186,14 @@ def _dead_letter(m: Any) -> dict[str, Any]:
 async def dead_letters(request: web.Request) -> web.Response:
     limit = _limit(request, 100)
     sub = await asyncio.to_thread(_subscription, request)
-    records = await asyncio.to_thread(request.app[CLUSTER].last_records, sub.dead_letter_topic, limit)
-    return web.json_response({"dead_letters": [_dead_letter(m) for m in records]})
+    cluster = request.app[CLUSTER]
+
+    def read() -> list[dict[str, Any]]:
+        records = cluster.last_records(sub.dead_letter_topic, limit)
+        done = cluster.redriven(sub) if records else set()
+        return [{**_dead_letter(m), "redriven": f"{m.partition()}/{m.offset()}" in done} for m in records]
+
+    return web.json_response({"dead_letters": await asyncio.to_thread(read)})
 
 
 async def replay(request: web.Request) -> web.Response:
@@ -198,18 +204,18 @@ async def replay(request: web.Request) -> web.Response:
     sub = await asyncio.to_thread(_subscription, request)
     cluster = request.app[CLUSTER]
 
-    def run() -> int:
+    def run() -> tuple[int, int]:
         return cluster.redrive(sub, cluster.last_records(sub.dead_letter_topic, limit))
 
-    n = await asyncio.to_thread(run)
+    n, skipped = await asyncio.to_thread(run)
 
     def audit() -> None:
         with db.session(request.app[ENGINE]) as s:
-            db.audit(s, actor(request), "dead_letters.replay", sub.name, {"records": n, "to": sub.retry_topic})
+            db.audit(s, actor(request), "dead_letters.replay", sub.name, {"records": n, "skipped": skipped})
 
     await asyncio.to_thread(audit)
     await announce(request, "replay", sub.name)
-    return web.json_response({"replayed": n, "retry_topic": sub.retry_topic})
+    return web.json_response({"replayed": n, "already_redriven": skipped, "retry_topic": sub.retry_topic})
 
 
 async def record_trace(request: web.Request) -> web.Response:

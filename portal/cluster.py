@@ -31,6 +31,10 @@ HINT_TIMEOUT_S = 3.0
 """A partition end read from a hint that gives nothing for this long is read from its beginning."""
 
 
+REDRIVE_MEMORY = 10_000
+"""Redriven dead letters remembered per retry-topic partition (older ones could be redriven again)."""
+
+
 class ClusterBusy(FerryError):
     """The cluster did not reach the state an operation waits for (e.g. owners releasing)."""
 
@@ -285,13 +289,31 @@ class Cluster:
         )
         return records[-limit:] if limit else []
 
-    def redrive(self, sub: Subscription, records: list[Message]) -> int:
-        """Produce dead letters to the subscription's own retry topic (never to a shared source topic)."""
+    def redriven(self, sub: Subscription) -> set[str]:
+        """The dead letters already redriven (``<partition>/<offset>`` in the dead-letter topic), from
+        the ``ferry-redriven-from`` header of the last records of the subscription's retry topic."""
+        done: set[str] = set()
+        for m in self.last_records(sub.retry_topic, REDRIVE_MEMORY):
+            for name, value in cast(list[tuple[str, Any]], m.headers() or []):
+                if name == "ferry-redriven-from" and value:
+                    done.add(value.decode() if isinstance(value, bytes) else str(value))
+        return done
+
+    def redrive(self, sub: Subscription, records: list[Message]) -> tuple[int, int]:
+        """Produce dead letters to the subscription's own retry topic (never to a shared source
+        topic), each once: (redriven now, skipped because redriven before)."""
         counts = kafka.partition_counts(self.cfg, [sub.dead_letter_topic])
         kafka.ensure_topic(self.cfg, sub.retry_topic, max(1, counts.get(sub.dead_letter_topic, 1)))
+        before = self.redriven(sub)
         p = kafka.producer({**self.cfg, "enable.idempotence": True}, "portal")
+        sent = 0
         for m in records:
-            p.produce(sub.retry_topic, key=m.key(), value=m.value(), headers=cast(list[Any], m.headers() or []))
+            where = f"{m.partition()}/{m.offset()}"
+            if where in before:
+                continue
+            headers = [*cast(list[Any], m.headers() or []), ("ferry-redriven-from", where.encode())]
+            p.produce(sub.retry_topic, key=m.key(), value=m.value(), headers=headers)
+            sent += 1
         if p.flush(30) != 0:
             raise ClusterBusy("the retry topic did not confirm every redriven record")
-        return len(records)
+        return sent, len(records) - sent

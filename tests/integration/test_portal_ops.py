@@ -71,12 +71,24 @@ def test_dead_letters_redrive_and_reset(tmp_path: Path, endpoint: EndpointRecord
 
         healed["on"] = True
         r = api.post("/api/v1/subscriptions/ops/dead-letters/replay", json={})
-        assert r.status_code == 200 and r.json() == {"replayed": 1, "retry_topic": "ops.retry"}
-        endpoint.wait_for(
-            lambda rs: any(x.key == "bad" and x.headers.get("ce-kafkatopic") == "ops.retry" for x in rs),
-            timeout_s=60,
-            what="the redriven record through ops.retry",
-        )
+        assert r.status_code == 200 and r.json() == {"replayed": 1, "already_redriven": 0, "retry_topic": "ops.retry"}
+        redriven = [
+            x
+            for x in endpoint.wait_for(
+                lambda rs: any(x.key == "bad" and x.headers.get("ce-kafkatopic") == "ops.retry" for x in rs),
+                timeout_s=60,
+                what="the redriven record through ops.retry",
+            )
+            if x.headers.get("ce-kafkatopic") == "ops.retry"
+        ]
+        # It keeps its original id, so an endpoint deduplicating on ce-id knows it.
+        assert {x.ce_id for x in redriven} == {f"{topic}/0/0"}
+        # Redrive is once per dead letter: again answers 0, and the list says it was redriven.
+        again = api.post("/api/v1/subscriptions/ops/dead-letters/replay", json={})
+        assert again.json() == {"replayed": 0, "already_redriven": 1, "retry_topic": "ops.retry"}
+        assert [d["redriven"] for d in api.get("/api/v1/subscriptions/ops/dead-letters").json()["dead_letters"]] == [
+            True
+        ]
 
         n_before = len(endpoint.snapshot())
         r = api.post("/api/v1/subscriptions/ops/reset", json={"to": "earliest"})
