@@ -1,0 +1,150 @@
+"""The partition runner in process, in virtual time: a scripted endpoint ("key k answers 503, 503,
+200") and records fed as a fetch would → the order of pushes, the attempts, the dead letters, and
+the watermark the offset merge reaches. No broker, no sockets: seconds of back-off run in
+milliseconds (tests/support/vtime.py), and each table row fails when the runner's ordering, acking
+or watermark is broken (``python -m tests.support.mutate`` shows it for a few mutations)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from ferry.subscription import PartitionRef, Subscription, parse
+from ferry.worker.context import Context, Lease
+from ferry.worker.metrics import WorkerMetrics
+from ferry.worker.partition import PartitionRunner
+from ferry.worker.push import PushResult, Record
+from tests.support.vtime import run
+
+LATENCY_S = 0.010
+
+
+@dataclass
+class Endpoint:
+    """Answers per record (``"key@offset"``) or per key, in attempt order (then 200); records
+    every push with its virtual time."""
+
+    script: dict[str, list[int]]
+    pushes: list[tuple[float, str, int, int]] = field(default_factory=list)  # (t, key, offset, attempt)
+
+    cluster = "default"
+
+    async def push(self, sub: Subscription, record: Record, attempt: int) -> PushResult:
+        key = (record.key or b"").decode()
+        self.pushes.append((asyncio.get_running_loop().time(), key, record.offset, attempt))
+        await asyncio.sleep(LATENCY_S)
+        answers = self.script.get(f"{key}@{record.offset}", self.script.get(key, []))
+        status = answers[attempt - 1] if attempt <= len(answers) else 200
+        return PushResult(status)
+
+
+@dataclass
+class DeadLetters:
+    sent: list[tuple[int, str, int]] = field(default_factory=list)  # (offset, reason, attempts)
+
+    async def send(self, topic: str, record: Record, error: str, attempts: int) -> None:
+        self.sent.append((record.offset, error, attempts))
+
+
+def scenario(
+    keys: list[str], script: dict[str, list[int]], **sub_fields: Any
+) -> tuple[Endpoint, DeadLetters, PartitionRunner]:
+    doc = {
+        "name": "s",
+        "topics": ["t"],
+        "endpoint": {"url": "http://e/hook"},
+        "retry": {"max_attempts": 4, "initial_backoff_ms": 1000, "max_backoff_ms": 8000},
+        **sub_fields,
+    }
+    sub = parse(doc)
+    endpoint, dead = Endpoint(script), DeadLetters()
+
+    async def main() -> PartitionRunner:
+        ctx = Context("w1", endpoint, dead, WorkerMetrics(), Lease(), 10_000, 1 << 30)  # type: ignore[arg-type]
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        records = [Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(keys)]
+        runner.feed(records, len(records), None)
+        for _ in range(10_000):  # bounded: until every record is settled
+            await asyncio.sleep(0.05)
+            if runner.merge is not None and runner.merge.committed == len(records) and not runner._tasks:
+                break
+        return runner
+
+    return endpoint, dead, run(main())
+
+
+def first_push_order(endpoint: Endpoint, key: str) -> list[int]:
+    return [o for _, k, o, a in endpoint.pushes if k == key and a == 1]
+
+
+def test_per_key_order_holds_through_retries() -> None:
+    # key a: 503, 503, then 200 — b never waits for a; a's later records wait for a's first.
+    endpoint, dead, runner = scenario(["a", "b", "a", "b", "a"], {"a@0": [503, 503]})
+    assert runner.merge is not None and runner.merge.committed == 5
+    a_pushes = [(o, att) for _, k, o, att in endpoint.pushes if k == "a"]
+    assert a_pushes == [(0, 1), (0, 2), (0, 3), (2, 1), (4, 1)]  # nothing of a overtakes offset 0
+    b_first = [t for t, k, o, a in endpoint.pushes if k == "b" and o == 1][0]
+    a_retry = [t for t, k, o, a in endpoint.pushes if k == "a" and a == 2][0]
+    assert b_first < a_retry  # b was not held by a's retries
+    assert runner.delivered == 5 and runner.retried == 2 and dead.sent == []
+
+
+def test_back_off_follows_the_policy() -> None:
+    endpoint, _, _ = scenario(["a"], {"a": [503, 503, 503]})
+    times = [t for t, *_ in endpoint.pushes]
+    gaps = [round(b - a - LATENCY_S, 3) for a, b in zip(times, times[1:], strict=False)]
+    assert len(times) == 4 and all(g >= 0.5 for g in gaps)  # jittered exponential, never immediate
+
+
+def test_a_permanent_error_dead_letters_and_still_acks() -> None:
+    endpoint, dead, runner = scenario(["x", "ok", "x"], {"x@0": [422]})
+    assert [(o, a) for o, _, a in dead.sent] == [(0, 1)]
+    assert "422" in dead.sent[0][1]
+    assert runner.merge is not None and runner.merge.committed == 3
+    assert runner.dead_lettered == 1 and runner.delivered == 2
+
+
+def test_retries_run_out_then_dead_letter() -> None:
+    _, dead, runner = scenario(["x"], {"x": [503] * 10})
+    assert [(o, a) for o, _, a in dead.sent] == [(0, 4)]  # max_attempts 4
+    assert runner.merge is not None and runner.merge.committed == 1
+
+
+@pytest.mark.parametrize(("ordering", "blocked_behind"), [("partition", True), ("none", False)])
+def test_partition_ordering_holds_everything_none_holds_nothing(ordering: str, blocked_behind: bool) -> None:
+    endpoint, _, runner = scenario(["a", "b"], {"a": [503]}, ordering=ordering)
+    b_first = [t for t, k, o, a in endpoint.pushes if k == "b"][0]
+    a_retry = [t for t, k, o, a in endpoint.pushes if k == "a" and a == 2][0]
+    assert (b_first > a_retry) is blocked_behind
+    assert runner.merge is not None and runner.merge.committed == 2
+
+
+def test_the_watermark_waits_for_the_oldest_unacknowledged_record() -> None:
+    holder: dict[str, Any] = {}
+
+    async def main() -> None:
+        endpoint = Endpoint({"slow": [503, 503, 503]})
+        ctx = Context("w1", endpoint, DeadLetters(), WorkerMetrics(), Lease(), 10_000, 1 << 30)  # type: ignore[arg-type]
+        sub = parse(
+            {"name": "s", "topics": ["t"], "endpoint": {"url": "http://e/h"}, "retry": {"initial_backoff_ms": 1000}}
+        )
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        runner.feed([Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(["slow", "a", "b"])], 3, None)
+        await asyncio.sleep(0.5)  # a and b are done; slow waits for its retry
+        assert runner.merge is not None
+        holder["mid"] = (runner.merge.committed, list(runner.merge.acked))
+        await asyncio.sleep(60)
+        holder["end"] = runner.merge.committed
+
+    run(main())
+    assert holder["mid"] == (0, [(1, 3)])  # acked out of order: committed stays at the slow record
+    assert holder["end"] == 3
+
+
+def test_a_filter_acknowledges_without_pushing() -> None:
+    endpoint, _, runner = scenario(["eu", "us", "eu"], {}, filter={"exact": {"partitionkey": "eu"}})
+    assert [k for _, k, _, _ in endpoint.pushes] == ["eu", "eu"]
+    assert runner.filtered == 1 and runner.merge is not None and runner.merge.committed == 3
