@@ -25,7 +25,8 @@ MUTATIONS = [
         "an out-of-order ack moves the watermark (committed jumps over a hole)",
         "worker/offset_merge.py",
         "        if offset != committed:\n            if offset > committed:",
-        "        if offset != committed:\n            if offset > committed:\n                self.committed = offset + 1\n                return",
+        "        if offset != committed:\n            if offset > committed:\n"
+        "                self.committed = offset + 1\n                return",
     ),
     (
         "a dead-lettered record is never acknowledged",

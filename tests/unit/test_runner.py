@@ -7,6 +7,7 @@ or watermark is broken (``python -m tests.support.mutate`` shows it for a few mu
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,8 +87,8 @@ def test_per_key_order_holds_through_retries() -> None:
     assert runner.merge is not None and runner.merge.committed == 5
     a_pushes = [(o, att) for _, k, o, att in endpoint.pushes if k == "a"]
     assert a_pushes == [(0, 1), (0, 2), (0, 3), (2, 1), (4, 1)]  # nothing of a overtakes offset 0
-    b_first = [t for t, k, o, a in endpoint.pushes if k == "b" and o == 1][0]
-    a_retry = [t for t, k, o, a in endpoint.pushes if k == "a" and a == 2][0]
+    b_first = next(t for t, k, o, a in endpoint.pushes if k == "b" and o == 1)
+    a_retry = next(t for t, k, o, a in endpoint.pushes if k == "a" and a == 2)
     assert b_first < a_retry  # b was not held by a's retries
     assert runner.delivered == 5 and runner.retried == 2 and dead.sent == []
 
@@ -95,12 +96,12 @@ def test_per_key_order_holds_through_retries() -> None:
 def test_back_off_follows_the_policy() -> None:
     endpoint, _, _ = scenario(["a"], {"a": [503, 503, 503]})
     times = [t for t, *_ in endpoint.pushes]
-    gaps = [round(b - a - LATENCY_S, 3) for a, b in zip(times, times[1:], strict=False)]
+    gaps = [round(b - a - LATENCY_S, 3) for a, b in itertools.pairwise(times)]
     assert len(times) == 4 and all(g >= 0.5 for g in gaps)  # jittered exponential, never immediate
 
 
 def test_a_permanent_error_dead_letters_and_still_acks() -> None:
-    endpoint, dead, runner = scenario(["x", "ok", "x"], {"x@0": [422]})
+    _endpoint, dead, runner = scenario(["x", "ok", "x"], {"x@0": [422]})
     assert [(o, a) for o, _, a in dead.sent] == [(0, 1)]
     assert "422" in dead.sent[0][1]
     assert runner.merge is not None and runner.merge.committed == 3
@@ -116,8 +117,8 @@ def test_retries_run_out_then_dead_letter() -> None:
 @pytest.mark.parametrize(("ordering", "blocked_behind"), [("partition", True), ("none", False)])
 def test_partition_ordering_holds_everything_none_holds_nothing(ordering: str, blocked_behind: bool) -> None:
     endpoint, _, runner = scenario(["a", "b"], {"a": [503]}, ordering=ordering)
-    b_first = [t for t, k, o, a in endpoint.pushes if k == "b"][0]
-    a_retry = [t for t, k, o, a in endpoint.pushes if k == "a" and a == 2][0]
+    b_first = next(t for t, k, o, a in endpoint.pushes if k == "b")
+    a_retry = next(t for t, k, o, a in endpoint.pushes if k == "a" and a == 2)
     assert (b_first > a_retry) is blocked_behind
     assert runner.merge is not None and runner.merge.committed == 2
 
