@@ -16,10 +16,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MUTATIONS = [
     (
-        "a key's lane is never busy (per-key order broken)",
+        "a taken lane stays ready: the next record of a key starts before the previous one ends",
         "worker/window.py",
-        "        self._busy.pop(lane, None)\n",
-        "        self._busy.pop(lane, None)\n        self._busy.clear()\n",
+        "            item = queue.popleft()\n            if not queue:\n                del self._lanes[lane]\n",
+        "            item = queue.popleft()\n            if not queue:\n                del self._lanes[lane]\n"
+        "            else:\n                self._ready.append(lane)\n",
     ),
     (
         "an out-of-order ack moves the watermark (committed jumps over a hole)",

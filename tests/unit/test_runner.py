@@ -97,7 +97,9 @@ def test_back_off_follows_the_policy() -> None:
     endpoint, _, _ = scenario(["a"], {"a": [503, 503, 503]})
     times = [t for t, *_ in endpoint.pushes]
     gaps = [round(b - a - LATENCY_S, 3) for a, b in itertools.pairwise(times)]
-    assert len(times) == 4 and all(g >= 0.5 for g in gaps)  # jittered exponential, never immediate
+    # Full jitter under a cap that doubles from 1 s: each wait within its cap, and not all (near) zero.
+    assert len(times) == 4 and all(0 <= g <= cap for g, cap in zip(gaps, (1, 2, 4), strict=True))
+    assert sum(gaps) > 0.05
 
 
 def test_a_permanent_error_dead_letters_and_still_acks() -> None:
