@@ -74,6 +74,8 @@ class SubscriptionRow(Base):
     batch_linger_ms: Mapped[int | None] = mapped_column(sa.Integer, nullable=True)
     # The subscription's filter document (docs/filters.md); null = every record.
     filter: Mapped[Any] = mapped_column(sa.JSON, nullable=True)
+    # Delayed consumption: push no earlier than the record's timestamp + delay_ms.
+    delay_ms: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
     # Bumped on every change; lets the coordinator and the UI see that a document moved on.
     version: Mapped[int] = mapped_column(sa.Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
@@ -108,6 +110,7 @@ class SubscriptionRow(Base):
                 "state": self.state,
                 "batch": batch,
                 "filter": self.filter,
+                "delay_ms": self.delay_ms or 0,
             }
         )
 
@@ -131,6 +134,7 @@ class SubscriptionRow(Base):
         self.batch_max_bytes = b.max_bytes if b else None
         self.batch_linger_ms = b.linger_ms if b else None
         self.filter = sub.filter
+        self.delay_ms = sub.delay_ms
 
 
 class ApiToken(Base):
@@ -196,7 +200,7 @@ def session(engine: Engine) -> Iterator[Session]:
 # --- subscriptions -------------------------------------------------------------------------
 
 
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 """The migration this code expects (``ferry migrate`` applies it; tests/unit/test_layering.py keeps
 it equal to the newest file in migrations/versions)."""
 

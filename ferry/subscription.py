@@ -87,6 +87,8 @@ class Subscription:
     """None: one record per POST (binary mode); else batch push mode."""
     filter: Any = field(default=None, compare=True)
     """The filter document (docs/filters.md), validated; None: every record is pushed."""
+    delay_ms: int = 0
+    """Each record is pushed no earlier than its timestamp + this (delayed consumption, docs/delay.md)."""
 
     @property
     def retry_topic(self) -> str:
@@ -121,6 +123,8 @@ class Subscription:
             doc["batch"] = {"max_records": b.max_records, "max_bytes": b.max_bytes, "linger_ms": b.linger_ms}
         if self.filter is not None:
             doc["filter"] = self.filter
+        if self.delay_ms:
+            doc["delay_ms"] = self.delay_ms
         return doc
 
     def with_state(self, state: str) -> Subscription:
@@ -140,6 +144,7 @@ _TOP_FIELDS = frozenset(
         "state",
         "batch",
         "filter",
+        "delay_ms",
     }
 )
 
@@ -234,6 +239,9 @@ def _batch(value: Any) -> BatchSpec | None:
     )
 
 
+MAX_CONSUMER_DELAY_MS = 7 * 24 * 3600 * 1000
+"""The longest ``delay_ms`` of a subscription: a week (records wait in the partition's window)."""
+
 INTERNAL_PREFIX = "ferry-internal."
 """Names of Ferry's own work (the delay store, transaction back-checks): not for users."""
 
@@ -302,6 +310,7 @@ def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = Fa
         state=_choice(doc, "state", "active", STATES),
         batch=batch,
         filter=filter_doc,
+        delay_ms=_int_in(doc, "delay_ms", "delay_ms", 0, 0, MAX_CONSUMER_DELAY_MS),
     )
 
 

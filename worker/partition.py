@@ -204,6 +204,12 @@ class PartitionRunner:
         offset = record.offset
         last_status: int | None = None
         last_error: str | None = None
+        if self.sub.delay_ms:  # delayed consumption: not before the record's time + delay_ms
+            due_ms = record.timestamp_ms + self.sub.delay_ms
+            hold_s = due_ms / 1000 - time.time()
+            if hold_s > 0:
+                live[offset] = ("waiting_retry", 0, None, "held by the subscription's delay_ms", due_ms)
+                await asyncio.sleep(hold_s)
         while True:
             if not lease.allowed():
                 await lease.wait()

@@ -151,3 +151,27 @@ def test_a_filter_acknowledges_without_pushing() -> None:
     endpoint, _, runner = scenario(["eu", "us", "eu"], {}, filter={"exact": {"partitionkey": "eu"}})
     assert [k for _, k, _, _ in endpoint.pushes] == ["eu", "eu"]
     assert runner.filtered == 1 and runner.merge is not None and runner.merge.committed == 3
+
+
+def test_delay_ms_holds_each_record_until_its_time_plus_the_delay() -> None:
+    # Records stamped "now" (time.time() at build) wait delay_ms before their first push.
+    import time as _time
+
+    now_ms = int(_time.time() * 1000)
+    sub = parse({"name": "s", "topics": ["t"], "endpoint": {"url": "http://e/h"}, "delay_ms": 3000})
+    endpoint = Endpoint({})
+    holder: dict[str, Any] = {}
+
+    async def main() -> None:
+        ctx = Context("w1", endpoint, DeadLetters(), WorkerMetrics(), Lease(), 10_000, 1 << 30)  # type: ignore[arg-type]
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        runner.feed([Record("t", 0, 0, b"k", b"v", [], now_ms)], 1, None)
+        await asyncio.sleep(1.0)
+        holder["early"] = list(endpoint.pushes)
+        holder["live"] = dict(runner.live)
+        await asyncio.sleep(5.0)
+        holder["done"] = runner.merge.committed if runner.merge else None
+
+    run(main())
+    assert holder["early"] == [] and holder["live"][0][0] == "waiting_retry"
+    assert holder["done"] == 1 and len(endpoint.pushes) == 1
