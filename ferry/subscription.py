@@ -280,7 +280,14 @@ def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = Fa
         timeout_ms=_int_in(ep, "timeout_ms", "endpoint.timeout_ms", 5000, 100, 600_000),
         headers=_headers(ep.get("headers"), previous.endpoint.headers if previous else None),
     )
-    rt = _obj(doc.get("retry", {}), "retry")
+    rt = dict(_obj(doc.get("retry", {}), "retry"))
+    mode = rt.pop("mode", "memory")
+    if mode != "memory":
+        if mode == "durable":
+            raise ValidationError(
+                "retry.mode", "durable retries (waiting in the delay store) are not built yet; use memory"
+            )
+        raise ValidationError("retry.mode", "must be 'memory'")
     _no_extra(rt, frozenset({"max_attempts", "initial_backoff_ms", "max_backoff_ms"}), "retry.")
     retry = RetryPolicySpec(
         max_attempts=_int_in(rt, "max_attempts", "retry.max_attempts", 5, 1, 1000),
