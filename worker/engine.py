@@ -83,6 +83,7 @@ class Engine:
         await asyncio.to_thread(self._store.ensure_topic)
         self._starts = StartOffsets(self.settings.kafka.client_config())
         self._client = Sinks(self._producer, self.settings)
+        self._client.export(self.metrics.internal)
         await self._client.start()
         self._lease = Lease()
         self._ctx = Context(

@@ -116,6 +116,15 @@ class WorkerMetrics:
             r,
         )
         self.in_flight = Gauge("ferry_in_flight", "Unacknowledged deliveries.", ["subscription"], registry=r)
+        # Ferry's own work on this worker (docs/delay.md, docs/transactions.md): read when scraped.
+        self.internal = Gauge(
+            "ferry_internal",
+            "The delay store's and the transaction back-checks' figures on this worker: delay_moved, "
+            "delay_delivered, delay_invalid, delay_late_p99_ms, txn_prepared, txn_checks, txn_check_failures, "
+            "txn_committed, txn_rolled_back, txn_oldest_prepared_age_s.",
+            ["figure"],
+            registry=r,
+        )
         self.lag = Gauge(
             "ferry_consumer_lag", "High watermark minus committed.", ["subscription", "topic", "partition"], registry=r
         )

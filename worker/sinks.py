@@ -238,6 +238,23 @@ class Sinks(PushClient):
     def stats(self) -> dict[str, Any]:
         return {"delay": self.delay.stats(), "txn": self.txn.stats()}
 
+    def export(self, gauge: Any) -> None:
+        """Expose the internal figures as ``ferry_internal{figure=...}``, computed when scraped."""
+        figures: dict[str, Any] = {
+            "delay_moved": lambda: self.delay.moved,
+            "delay_delivered": lambda: self.delay.delivered,
+            "delay_invalid": lambda: self.delay.invalid,
+            "delay_late_p99_ms": lambda: self.delay.stats()["late_p99_ms"] or 0,
+            "txn_prepared": lambda: len(self.txn.runner.open),
+            "txn_checks": lambda: self.txn.runner.counters.checks,
+            "txn_check_failures": lambda: self.txn.runner.counters.check_failures,
+            "txn_committed": lambda: self.txn.runner.counters.committed,
+            "txn_rolled_back": lambda: self.txn.runner.counters.rolled_back,
+            "txn_oldest_prepared_age_s": self.txn.runner.oldest_prepared_age_s,
+        }
+        for name, read in figures.items():
+            gauge.labels(name).set_function(read)
+
     async def push(self, sub: Subscription, record: Record, attempt: int) -> PushResult:
         if sub.name == internal.DELAY:
             return await self.delay.push(record)

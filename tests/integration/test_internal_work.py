@@ -130,7 +130,8 @@ def test_unschedulable_records_go_to_the_dlq(own: Cluster, kafka_bootstrap: str,
 def test_a_transaction_left_prepared_is_checked_and_committed(
     own: Cluster, tmp_path: Path, kafka_bootstrap: str, topic_name: str, endpoint: EndpointRecorder
 ) -> None:
-    own.worker("w0").wait_ready(60)
+    w0 = own.worker("w0")
+    w0.wait_ready(60)
     create_topic(kafka_bootstrap, topic_name, 1)
     asked: list[Received] = []
 
@@ -167,6 +168,8 @@ def test_a_transaction_left_prepared_is_checked_and_committed(
     finally:
         gw.stop()
     assert len(asked) == 1 and asked[0].headers["ferry-transaction-id"] == tid
+    metrics = w0.metrics()
+    assert 'ferry_internal{figure="txn_committed"} 1.0' in metrics and 'figure="txn_checks"} 1.0' in metrics
     [m] = read(kafka_bootstrap, topic_name)
     assert (m.key(), m.value(), dict(m.headers())["ferry-transaction-id"]) == (b"k", b"v", tid.encode())
     with httpx.Client() as h:
