@@ -197,13 +197,27 @@ async function show(name) {
   const canvas = el("canvas", { id: "lag-chart", "aria-label": "Total lag over time" });
   const history = [];
   const dlq = el("div");
+  const warnings = el("div");
+  const traced = el("div", { id: "trace-result" });
+  const lookup = async (topic, partition, offset) => {
+    const t = await api("GET", `${path}/records/${encodeURIComponent(topic)}/${partition}/${offset}`);
+    traced.replaceChildren(el("table", { class: "trace" }, el("tbody", {}, Object.entries(t).map(([k, v]) =>
+      el("tr", {}, el("th", { text: k }), el("td", { class: k === "state" ? "" : "mono" },
+        k === "state" ? badge(v) : (v === null ? "—" : (k === "next_attempt_at" ? new Date(v).toLocaleString() : String(v)))))))));
+  };
+  const topicIn = el("input", { id: "trace-topic", value: sub.topics[0], "aria-label": "Topic" });
+  const partIn = el("input", { id: "trace-partition", type: "number", min: "0", value: "0", "aria-label": "Partition" });
+  const offIn = el("input", { id: "trace-offset", type: "number", min: "0", placeholder: "offset", "aria-label": "Offset" });
+  const traceForm = el("form", { class: "inline", on: { submit: (e) => { e.preventDefault(); lookup(topicIn.value, partIn.value, offIn.value).catch((err) => toast(err.message)); } } },
+    topicIn, partIn, offIn, el("button", { type: "submit", text: "Find record" }));
   const act = (label, cls, fn) => el("button", { type: "button", class: cls, text: label, on: { click: fn } });
   const refresh = async () => {
     const st = await api("GET", path + "/status");
     state.replaceChildren(badge(st.state));
     body.replaceChildren(...st.partitions.map((p) => el("tr", {},
       el("td", { text: p.topic }), el("td", { class: "num", text: p.partition }), el("td", { text: p.worker || "—" }),
-      ...["committed", "high_watermark", "lag", "stalled_s", "in_flight", "delivered", "retried", "dead_lettered"].map((k) => el("td", { class: "num", text: fmt(p[k]) })))));
+      ...["committed", "high_watermark", "lag", "stalled_s", "in_flight", "delivered", "retried", "dead_lettered", "filtered"].map((k) => el("td", { class: "num", text: fmt(p[k]) })))));
+    warnings.replaceChildren(...(st.warnings || []).map((w) => el("p", { class: "card error", text: w })));
     history.push({ t: Date.now(), lag: st.partitions.reduce((a, p) => a + (p.lag || 0), 0) });
     if (history.length > 90) history.shift();
     drawLag(canvas, history);
@@ -212,7 +226,7 @@ async function show(name) {
     const { dead_letters } = await api("GET", path + "/dead-letters?limit=20");
     dlq.replaceChildren(dead_letters.length
       ? el("table", {}, el("thead", {}, el("tr", {}, ["Source", "Key", "Error", "Attempts"].map((h) => el("th", { text: h })))),
-        el("tbody", {}, dead_letters.map((d) => el("tr", {}, el("td", { class: "mono", text: `${d.source_topic}/${d.source_partition}/${d.source_offset}` }),
+        el("tbody", {}, dead_letters.map((d) => el("tr", { class: "clickable", title: "Where is this record?", on: { click: () => lookup(d.source_topic, d.source_partition, d.source_offset).catch((err) => toast(err.message)) } }, el("td", { class: "mono", text: `${d.source_topic}/${d.source_partition}/${d.source_offset}` + (d.redriven ? " (redriven)" : "") }),
           el("td", { text: d.key === null ? "(null)" : d.key }), el("td", { text: d.error || "" }), el("td", { class: "num", text: fmt(d.attempts) })))))
       : el("p", { class: "muted", text: "No dead letters." }));
   };
@@ -235,17 +249,21 @@ async function show(name) {
         if (!confirm(`Delete subscription ${name}? Its offsets stay in the offsets topic.`)) return;
         await api("DELETE", path); toast("Deleted"); location.hash = "#/subscriptions";
       })),
+    warnings,
     el("h2", { text: "Lag" }), canvas,
     el("h2", { text: "Partitions" }),
     el("table", { id: "partitions" }, el("thead", {}, el("tr", {}, el("th", { text: "Topic" }), el("th", { class: "num", text: "Partition" }), el("th", { text: "Worker" }),
-      ["Committed", "High watermark", "Lag", "Held (s)", "In flight", "Delivered", "Retried", "Dead-lettered"].map((h) =>
+      ["Committed", "High watermark", "Lag", "Held (s)", "In flight", "Delivered", "Retried", "Dead-lettered", "Filtered"].map((h) =>
         el("th", { class: "num", text: h, title: h === "Held (s)" ? "Seconds the committed watermark has not moved while records wait at or above it: one record the endpoint keeps failing holds the partition (0 while it moves)" : "" })))), body),
     el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }),
       act("Redrive dead letters", "", async () => {
         if (!confirm("Send the dead letters through this subscription's retry topic again?")) return;
         const r = await api("POST", path + "/dead-letters/replay", {}); toast(`Redriven: ${r.replayed}`);
       })),
-    dlq);
+    dlq,
+    el("h2", { text: "Where is my record?" }),
+    el("p", { class: "muted", text: "Topic, partition and offset: its state, attempts, last answer and next attempt. Click a dead letter to look it up." }),
+    traceForm, traced);
   await refresh(); loadDlq();
   timer = setInterval(() => refresh().catch(() => {}), 2000);
 }
@@ -260,6 +278,24 @@ async function workers() {
         el("td", { text: w.partitions.map((p) => `${p.subscription}:${p.topic}/${p.partition}`).join("  ") || "—" })))))
     : el("p", { class: "card muted", text: "No live workers." }));
   timer = setInterval(() => { if (location.hash === "#/workers") { clear(); workers(); } }, 5000);
+}
+
+// ---- Ferry's own work: delays and transactions --------------------------------------------
+async function internal() {
+  const [delays, txns] = await Promise.all([api("GET", "/delays"), api("GET", "/transactions?state=prepared")]);
+  const c = txns.counters;
+  main.append(
+    el("h1", { text: "Delays and transactions" }),
+    el("div", { class: "card" }, el("h2", { text: "Delay store" }),
+      el("p", {}, `${fmt(delays.scheduled)} records scheduled · next due ${delays.next_due ? new Date(delays.next_due).toLocaleString() : "—"} · p99 lateness ${delays.late_p99_ms === null ? "—" : delays.late_p99_ms + " ms"}`)),
+    el("div", { class: "card" }, el("h2", { text: "Transactions waiting" }),
+      el("p", {}, `checks ${fmt(c.checks)} (failed ${fmt(c.check_failures)}) · committed by check ${fmt(c.committed)} · rolled back by check ${fmt(c.rolled_back)} · oldest prepared ${c.oldest_prepared_age_s.toFixed(1)} s`),
+      txns.transactions.length
+        ? el("table", { id: "transactions" }, el("thead", {}, el("tr", {}, ["Id", "Age (s)", "Checks", "Timeout (ms)", "Worker"].map((h) => el("th", { text: h })))),
+          el("tbody", {}, txns.transactions.map((t) => el("tr", {}, el("td", { class: "mono", text: t.id }), el("td", { class: "num", text: t.age_s.toFixed(1) }),
+            el("td", { class: "num", text: fmt(t.checks) }), el("td", { class: "num", text: fmt(t.timeout_ms) }), el("td", { class: "mono", text: t.worker })))))
+        : el("p", { class: "muted", text: "No transaction is waiting." })));
+  timer = setInterval(() => { if (location.hash === "#/internal") { clear(); internal(); } }, 5000);
 }
 
 // ---- router --------------------------------------------------------------------------------
@@ -277,6 +313,7 @@ async function render() {
     else if ((m = h.match(/^#\/edit\/(.+)$/))) await edit(decodeURIComponent(m[1]));
     else if ((m = h.match(/^#\/subscriptions\/(.+)$/))) await show(decodeURIComponent(m[1]));
     else if (h === "#/workers") await workers();
+    else if (h === "#/internal") await internal();
     else await list();
   } catch (err) {
     if (err.message !== "signed out") main.append(el("p", { class: "card error", text: err.message }));

@@ -73,6 +73,15 @@ def test_create_watch_and_pause_in_the_browser(tmp_path: Path, endpoint: Endpoin
         expect(held).to_have_text(["0", "0"], timeout=10_000)
         page.screenshot(path=str(shots / "subscription.png"), full_page=True)
 
+        # Where is my record: offset 3 of partition 1 was delivered.
+        page.fill("#trace-partition", "1")
+        page.fill("#trace-offset", "3")
+        page.click("button:has-text('Find record')")
+        expect(page.locator("#trace-result .badge")).to_have_text("delivered", timeout=10_000)
+        page.fill("#trace-offset", "999")
+        page.click("button:has-text('Find record')")
+        expect(page.locator("#trace-result .badge")).to_have_text("not_in_log", timeout=10_000)
+
         page.click("button:has-text('Pause')")
         expect(page.locator("h1 .badge")).to_have_text("paused", timeout=10_000)
 
@@ -83,6 +92,9 @@ def test_create_watch_and_pause_in_the_browser(tmp_path: Path, endpoint: Endpoin
         page.goto(s["portal_url"] + "/#/workers")
         expect(page.locator("tbody tr")).to_have_count(2)
         page.screenshot(path=str(shots / "workers.png"), full_page=True)
+        page.goto(s["portal_url"] + "/#/internal")
+        expect(page.get_by_role("heading", name="Delays and transactions")).to_be_visible()
+        expect(page.locator("text=No transaction is waiting.")).to_be_visible()
         assert "ui-secret" not in page.content()
         assert not [e for e in errors if "Content Security Policy" in e], errors
         browser.close()
