@@ -76,6 +76,8 @@ class SubscriptionRow(Base):
     filter: Mapped[Any] = mapped_column(sa.JSON, nullable=True)
     # Delayed consumption: push no earlier than the record's timestamp + delay_ms.
     delay_ms: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
+    # Adaptive concurrency ({"mode", "min", "max"}); null = fixed max_in_flight.
+    concurrency: Mapped[Any] = mapped_column(sa.JSON, nullable=True)
     # Bumped on every change; lets the coordinator and the UI see that a document moved on.
     version: Mapped[int] = mapped_column(sa.Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
@@ -111,6 +113,7 @@ class SubscriptionRow(Base):
                 "batch": batch,
                 "filter": self.filter,
                 "delay_ms": self.delay_ms or 0,
+                "concurrency": self.concurrency,
             }
         )
 
@@ -135,6 +138,8 @@ class SubscriptionRow(Base):
         self.batch_linger_ms = b.linger_ms if b else None
         self.filter = sub.filter
         self.delay_ms = sub.delay_ms
+        c = sub.concurrency
+        self.concurrency = None if c is None else {"mode": c.mode, "min": c.min, "max": c.max}
 
 
 class ApiToken(Base):
@@ -200,7 +205,7 @@ def session(engine: Engine) -> Iterator[Session]:
 # --- subscriptions -------------------------------------------------------------------------
 
 
-SCHEMA_REVISION = "0005"
+SCHEMA_REVISION = "0006"
 """The migration this code expects (``ferry migrate`` applies it; tests/unit/test_layering.py keeps
 it equal to the newest file in migrations/versions)."""
 

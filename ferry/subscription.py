@@ -66,6 +66,15 @@ class BatchSpec:
     linger_ms: int = 0
 
 
+@dataclass(frozen=True)
+class ConcurrencySpec:
+    """``adaptive``: the in-flight limit toward the endpoint's origin is learned (docs/delivery.md)."""
+
+    mode: str = "adaptive"
+    min: int = 1
+    max: int = 100
+
+
 BATCH_MAX_RECORDS = 10_000
 BATCH_MIN_BYTES = 1024
 BATCH_MAX_BYTES = 64 * 1024 * 1024
@@ -89,6 +98,8 @@ class Subscription:
     """The filter document (docs/filters.md), validated; None: every record is pushed."""
     delay_ms: int = 0
     """Each record is pushed no earlier than its timestamp + this (delayed consumption, docs/delay.md)."""
+    concurrency: ConcurrencySpec | None = None
+    """None (or mode fixed): ``max_in_flight`` per partition; adaptive: a learned limit per origin."""
 
     @property
     def retry_topic(self) -> str:
@@ -125,6 +136,9 @@ class Subscription:
             doc["filter"] = self.filter
         if self.delay_ms:
             doc["delay_ms"] = self.delay_ms
+        if self.concurrency is not None:
+            c = self.concurrency
+            doc["concurrency"] = {"mode": c.mode, "min": c.min, "max": c.max}
         return doc
 
     def with_state(self, state: str) -> Subscription:
@@ -145,6 +159,7 @@ _TOP_FIELDS = frozenset(
         "batch",
         "filter",
         "delay_ms",
+        "concurrency",
     }
 )
 
@@ -298,6 +313,7 @@ def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = Fa
         raise ValidationError("retry.max_backoff_ms", "must be >= retry.initial_backoff_ms")
 
     batch = _batch(doc.get("batch"))
+    max_in_flight = _int_in(doc, "max_in_flight", "max_in_flight", 100, 1, 10_000)
     filter_doc = doc.get("filter")
     if filter_doc is not None:
         filters.parse(filter_doc)  # raises ValidationError with the filter's dotted field
@@ -310,7 +326,7 @@ def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = Fa
         topics=parsed_topics,
         endpoint=endpoint,
         ordering=_choice(doc, "ordering", "key", ORDERINGS),  # type: ignore[arg-type]
-        max_in_flight=_int_in(doc, "max_in_flight", "max_in_flight", 100, 1, 10_000),
+        max_in_flight=max_in_flight,
         retry=retry,
         dead_letter_topic=dlq,
         start_from=_choice(doc, "start_from", "earliest", STARTS),
@@ -318,7 +334,25 @@ def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = Fa
         batch=batch,
         filter=filter_doc,
         delay_ms=_int_in(doc, "delay_ms", "delay_ms", 0, 0, MAX_CONSUMER_DELAY_MS),
+        concurrency=_concurrency(doc.get("concurrency"), max_in_flight),
     )
+
+
+def _concurrency(value: Any, max_in_flight: int) -> ConcurrencySpec | None:
+    if value is None:
+        return None
+    c = _obj(value, "concurrency")
+    _no_extra(c, frozenset({"mode", "min", "max"}), "concurrency.")
+    mode = c.get("mode", "fixed")
+    if mode not in ("fixed", "adaptive"):
+        raise ValidationError("concurrency.mode", f"must be 'fixed' or 'adaptive', got {mode!r}")
+    if mode == "fixed":
+        return None
+    lo = _int_in(c, "min", "concurrency.min", 1, 1, 10_000)
+    hi = _int_in(c, "max", "concurrency.max", max_in_flight, 1, 10_000)
+    if hi < lo:
+        raise ValidationError("concurrency.max", "must be >= concurrency.min")
+    return ConcurrencySpec("adaptive", lo, hi)
 
 
 def from_trusted(doc: Mapping[str, Any]) -> Subscription:

@@ -12,6 +12,7 @@ import asyncio
 import base64
 import time
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -86,12 +87,28 @@ async def status(request: web.Request) -> web.Response:
 
     rows = await asyncio.to_thread(gather)
     answer: dict[str, Any] = {"name": sub.name, "state": sub.state, "partitions": rows}
+    if sub.concurrency is not None:
+        answer["concurrency"] = await asyncio.to_thread(_adaptive, cluster, sub)
     missing = [t for t in sub.topics if not any(r["topic"] == t for r in rows)]
     if missing:
         answer["warnings"] = [
             f"topic {t!r} does not exist (yet): nothing is delivered until it is created" for t in missing
         ]
     return web.json_response(answer)
+
+
+def _adaptive(cluster: Any, sub: Subscription) -> dict[str, Any]:
+    """The adaptive limit toward the subscription's endpoint origin, per worker pushing there."""
+    parts = urlsplit(sub.endpoint.url)
+    origin = f"{parts.scheme}://{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+    per_worker = {
+        wid: doc["endpoints"][origin]
+        for wid, doc in cluster.worker_docs().items()
+        if origin in (doc.get("endpoints") or {})
+    }
+    c = sub.concurrency
+    assert c is not None
+    return {"mode": c.mode, "min": c.min, "max": c.max, "origin": origin, "workers": per_worker}
 
 
 def _target(value: Any) -> str | int:

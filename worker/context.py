@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ferry.worker.deadletter import DeadLetterSink
 from ferry.worker.metrics import WorkerMetrics
+from ferry.worker.origin_gate import Gates
 from ferry.worker.push import PushClient
 
 
@@ -61,3 +62,5 @@ class Context:
     lease: Lease
     prefetch_records: int
     prefetch_bytes: int
+    gates: Gates = field(default_factory=Gates)
+    """Adaptive in-flight limits per endpoint origin (subscriptions with adaptive concurrency)."""

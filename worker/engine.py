@@ -29,6 +29,7 @@ from ferry.worker.deadletter import DeadLetterSink
 from ferry.worker.fetch import TP, Batch, Fetcher
 from ferry.worker.metrics import WorkerMetrics
 from ferry.worker.offset_store import OffsetStore
+from ferry.worker.origin_gate import Gates, OriginGate
 from ferry.worker.partition import PartitionRunner
 from ferry.worker.producer import PURGED_REPORTS_S, AsyncProducer
 from ferry.worker.sinks import Sinks
@@ -94,6 +95,7 @@ class Engine:
             lease=self._lease,
             prefetch_records=self.settings.worker.prefetch_records,
             prefetch_bytes=self.settings.worker.prefetch_bytes,
+            gates=Gates(on_new=self._export_gate),
         )
         self._flush_task = asyncio.create_task(self._flush_loop())
         self.started = True
@@ -262,6 +264,14 @@ class Engine:
 
     def stats(self) -> list[dict[str, Any]]:
         return [r.stats() for r in self._runners.values()]
+
+    def _export_gate(self, origin: str, gate: OriginGate) -> None:
+        self.metrics.endpoint_limit.labels(origin).set_function(lambda: gate.limit)
+        self.metrics.endpoint_baseline.labels(origin).set_function(lambda: gate.limiter.baseline_s or 0.0)
+
+    def endpoint_stats(self) -> dict[str, Any]:
+        """Adaptive limits per endpoint origin: limit, in flight, waiting, no-queue latency."""
+        return self._ctx.gates.stats() if self.started else {}
 
     def internal_stats(self) -> dict[str, Any]:
         """The delay store's and the back-check runner's figures on this worker."""

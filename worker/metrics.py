@@ -116,6 +116,18 @@ class WorkerMetrics:
             r,
         )
         self.in_flight = Gauge("ferry_in_flight", "Unacknowledged deliveries.", ["subscription"], registry=r)
+        self.endpoint_limit = Gauge(
+            "ferry_endpoint_concurrency_limit",
+            "The adaptive in-flight limit toward an endpoint origin (subscriptions with adaptive concurrency).",
+            ["origin"],
+            registry=r,
+        )
+        self.endpoint_baseline = Gauge(
+            "ferry_endpoint_no_queue_latency_seconds",
+            "The lowest recent push latency toward an endpoint origin: its latency without a queue.",
+            ["origin"],
+            registry=r,
+        )
         # Ferry's own work on this worker (docs/delay.md, docs/transactions.md): read when scraped.
         self.internal = Gauge(
             "ferry_internal",

@@ -218,10 +218,21 @@ class PartitionRunner:
             if attempt > 1:
                 self.retried += 1
                 self.m_retried.inc()
+            conc = self.sub.concurrency
+            gate = None if conc is None else self.ctx.gates.for_endpoint(self.sub.endpoint.url, conc.min, conc.max)
+            at_send = await gate.acquire(self.ref) if gate is not None else 0
             started = time.monotonic()
-            result = await self.ctx.client.push(self.sub, record, attempt)
-            self.m_latency.observe(time.monotonic() - started)
+            try:
+                result = await self.ctx.client.push(self.sub, record, attempt)
+            except BaseException:
+                if gate is not None:
+                    gate.release(time.monotonic() - started, at_send, overloaded=False)
+                raise
+            latency = time.monotonic() - started
+            self.m_latency.observe(latency)
             status = result.status
+            if gate is not None:
+                gate.release(latency, at_send, overloaded=status in (429, 503) or status is None)
             if status is not None and 200 <= status < 300:
                 break
             if status is not None:

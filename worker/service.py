@@ -72,7 +72,9 @@ async def serve(settings: Settings, assignment_file: str | None = None) -> int:
         engine.metrics.registry,
         ready=lambda: engine.started and source_ready.is_set(),
         service="worker",
-        json_routes={"/stats": lambda: {"worker": worker_id, "partitions": engine.stats()}},
+        json_routes={
+            "/stats": lambda: {"worker": worker_id, "partitions": engine.stats(), "endpoints": engine.endpoint_stats()}
+        },
     )
     _log.info(
         "worker.starting", worker=worker_id, metrics_port=port, static=bool(assignment_file), native=native.loaded()

@@ -365,6 +365,7 @@ class ZkSource:
                     "ts": int(time.time() * 1000),
                     "partitions": self.engine.stats(),
                     "internal": self.engine.internal_stats(),
+                    "endpoints": self.engine.endpoint_stats(),
                 }
             ).encode()
             try:

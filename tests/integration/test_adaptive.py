@@ -1,0 +1,107 @@
+"""Adaptive concurrency on a real worker against an endpoint of limited capacity: it serves 4
+requests at once (20 ms each) and answers 503 beyond that. A fixed window of 64 floods it; the
+adaptive limit learns it: far fewer 503s, everything delivered once, the limit and the no-queue
+latency visible in the worker's stats and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from ferry.devstack import embedded
+from tests.support.kafka import create_topic, produce
+from tests.support.wait import until
+from tests.support.worker import static_worker
+
+pytestmark = pytest.mark.integration
+N = 1_500
+CAPACITY = 4
+
+
+class Limited:
+    def __init__(self) -> None:
+        self.port = embedded.free_port()
+        self.busy = 0
+        self.ok: set[bytes] = set()
+        self.refused = 0
+        self._loop = asyncio.new_event_loop()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        if self.busy >= CAPACITY:
+            self.refused += 1
+            return web.Response(status=503)
+        self.busy += 1
+        try:
+            await asyncio.sleep(0.02)
+        finally:
+            self.busy -= 1
+        self.ok.add(body)
+        return web.Response(status=200)
+
+    def __enter__(self) -> Limited:
+        app = web.Application()
+        app.router.add_post("/hook", self.handle)
+        runner = web.AppRunner(app, access_log=None)
+
+        def serve() -> None:
+            asyncio.set_event_loop(self._loop)
+            self._loop.run_until_complete(runner.setup())
+            self._loop.run_until_complete(web.TCPSite(runner, "127.0.0.1", self.port).start())
+            self._loop.run_forever()
+
+        threading.Thread(target=serve, daemon=True).start()
+        until(lambda: embedded.port_open(self.port), timeout_s=10)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+@pytest.fixture()
+def limited() -> Iterator[Limited]:
+    with Limited() as e:
+        yield e
+
+
+def run_one(tmp_path: Path, bootstrap: str, e: Limited, concurrency: dict[str, Any] | None) -> tuple[int, str]:
+    topic = f"adaptive-{secrets.token_hex(3)}"
+    create_topic(bootstrap, topic, 4)
+    produce(bootstrap, topic, ((None, f"v{i}".encode(), i % 4) for i in range(N)))
+    sub: dict[str, Any] = {
+        "name": "ad",
+        "topics": [topic],
+        "endpoint": {"url": f"http://127.0.0.1:{e.port}/hook"},
+        "ordering": "none",
+        "max_in_flight": 64,
+        "retry": {"max_attempts": 1000, "initial_backoff_ms": 20, "max_backoff_ms": 200},
+    }
+    if concurrency:
+        sub["concurrency"] = concurrency
+    w = static_worker(tmp_path, f"w-{secrets.token_hex(2)}", bootstrap, f"__offsets-{topic}", [sub]).start()
+    try:
+        w.wait_ready(30)
+        until(lambda: len(e.ok) >= N, timeout_s=120, what=f"{N} records accepted by the limited endpoint")
+        return e.refused, w.metrics()
+    finally:
+        w.stop()
+
+
+def test_adaptive_limit_learns_the_endpoint(tmp_path: Path, kafka_bootstrap: str, limited: Limited) -> None:
+    fixed_refused, _ = run_one(tmp_path, kafka_bootstrap, limited, None)
+    with Limited() as second:
+        adaptive_refused, metrics = run_one(
+            tmp_path, kafka_bootstrap, second, {"mode": "adaptive", "min": 1, "max": 64}
+        )
+        assert len(second.ok) == N
+    assert fixed_refused > 0
+    assert adaptive_refused * 3 < fixed_refused, (adaptive_refused, fixed_refused)
+    assert "ferry_endpoint_concurrency_limit" in metrics and "ferry_endpoint_no_queue_latency_seconds" in metrics
+    print(f"503s: fixed 64 = {fixed_refused}, adaptive = {adaptive_refused}")

@@ -1,0 +1,76 @@
+"""The shared adaptive gate of an endpoint origin, in virtual time: it holds pushes at the limit,
+serves waiting partitions in turn (a hot partition cannot take the whole limit), gives a cancelled
+waiter's place back, and its limit falls on overload and grows while the endpoint keeps up."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ferry.worker.limiter import LimiterSettings
+from ferry.worker.origin_gate import Gates, OriginGate, origin
+from tests.support.vtime import run
+
+
+def test_at_the_limit_pushes_wait_and_partitions_take_turns() -> None:
+    order: list[str] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        gate = OriginGate(LimiterSettings(min_limit=2, max_limit=2, initial_limit=2), clock=loop.time)
+
+        async def push(who: str, i: int) -> None:
+            n = await gate.acquire(who)
+            order.append(f"{who}{i}")
+            assert n <= 2
+            await asyncio.sleep(1)
+            gate.release(1.0, n, overloaded=False)
+
+        # A hot partition queues 6 pushes before a quiet one queues 2.
+        tasks = [loop.create_task(push("hot", i)) for i in range(6)]
+        await asyncio.sleep(0)
+        tasks += [loop.create_task(push("quiet", i)) for i in range(2)]
+        await asyncio.gather(*tasks)
+
+    run(main())
+    assert order[:2] == ["hot0", "hot1"]
+    # Once waiting, the two partitions alternate instead of the hot one draining first.
+    assert order[2:6] == ["hot2", "quiet0", "hot3", "quiet1"]
+
+
+def test_a_cancelled_waiter_leaves_no_hole() -> None:
+    async def main() -> int:
+        gate = OriginGate(LimiterSettings(min_limit=1, max_limit=1, initial_limit=1))
+        await gate.acquire("a")
+        waiter = asyncio.get_running_loop().create_task(gate.acquire("b"))
+        await asyncio.sleep(0)
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        gate.release(0.01, 1, overloaded=False)
+        return gate.in_flight + gate.waiting
+
+    assert run(main()) == 0
+
+
+def test_the_limit_falls_on_overload_and_grows_while_busy_and_fast() -> None:
+    gate = OriginGate(LimiterSettings(min_limit=1, max_limit=64, initial_limit=16))
+    t = 0.0
+    gate._clock = lambda: t
+    gate.in_flight = 1
+    gate.release(0.1, 1, overloaded=True)
+    assert gate.limit == 11  # 16 × 0.7
+    for _ in range(200):  # steady 10 ms answers with the limit in use
+        t += 0.05
+        gate.in_flight = 1
+        gate.release(0.010, gate.limit, overloaded=False)
+    assert gate.limit > 11
+
+
+def test_gates_are_per_origin_and_the_widest_subscription_bounds_them() -> None:
+    gates = Gates()
+    a = gates.for_endpoint("http://billing:8000/hook", 1, 32)
+    assert gates.for_endpoint("http://billing:8000/other", 1, 64) is a and a.limiter.settings.max_limit == 64
+    assert gates.for_endpoint("https://billing/hook", 1, 8) is not a
+    assert origin("https://billing/x") == "https://billing:443" and set(gates.stats()) == {
+        "http://billing:8000",
+        "https://billing:443",
+    }

@@ -1,0 +1,124 @@
+"""One endpoint origin's adaptive in-flight limit, shared fairly by every partition pushing there.
+
+Use case: a subscription with ``"concurrency": {"mode": "adaptive"}`` (docs/delivery.md) lets the
+worker learn how many pushes its endpoint takes at once (:class:`ferry.worker.limiter.AdaptiveLimit`)
+instead of trusting a guessed ``max_in_flight``. The limit belongs to the endpoint's origin
+(scheme, host, port): every partition of every subscription pushing there shares it. A push waits
+at :meth:`OriginGate.acquire` while the origin is at its limit; waiting partitions are served in
+turn (one push each, round robin), so a hot partition cannot take the whole limit. The partition's
+own window still applies first: per-key order and ``max_in_flight`` hold as without the gate.
+
+States of a push here: admitted at once (in flight < limit and nobody waiting) → or waiting in its
+partition's queue → admitted in turn when a push of the origin finishes → released with its latency
+and whether the endpoint was overloaded (429, 503, a timeout), which moves the limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable
+from typing import Any
+from urllib.parse import urlsplit
+
+from ferry.worker.limiter import AdaptiveLimit, LimiterSettings
+
+
+class OriginGate:
+    def __init__(self, settings: LimiterSettings, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limiter = AdaptiveLimit(settings)
+        self.in_flight = 0
+        self._clock = clock
+        self._waiting: OrderedDict[Hashable, deque[asyncio.Future[None]]] = OrderedDict()
+        self.overloads = 0
+
+    @property
+    def limit(self) -> int:
+        return self.limiter.limit
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(q) for q in self._waiting.values())
+
+    async def acquire(self, who: Hashable) -> int:
+        """Wait for a place; returns the pushes in flight at the origin with this one."""
+        if self.in_flight < self.limit and not self._waiting:
+            self.in_flight += 1
+            return self.in_flight
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(who, deque()).append(fut)
+        try:
+            await fut
+        except asyncio.CancelledError:
+            queue = self._waiting.get(who)
+            if queue is not None and fut in queue:
+                queue.remove(fut)
+                if not queue:
+                    del self._waiting[who]
+            elif fut.done() and not fut.cancelled():
+                self._release_place()  # admitted just as it was cancelled: give the place back
+            raise
+        return self.in_flight
+
+    def release(self, latency_s: float, in_flight_at_send: int, overloaded: bool) -> None:
+        now = self._clock()
+        if overloaded:
+            self.overloads += 1
+            self.limiter.on_overload(now)
+        else:
+            self.limiter.on_sample(latency_s, in_flight_at_send, now)
+        self._release_place()
+
+    def _release_place(self) -> None:
+        self.in_flight -= 1
+        while self.in_flight < self.limit and self._waiting:
+            who, queue = next(iter(self._waiting.items()))
+            fut = queue.popleft()
+            if queue:
+                self._waiting.move_to_end(who)  # the next partition's turn
+            else:
+                del self._waiting[who]
+            if fut.done():
+                continue
+            self.in_flight += 1
+            fut.set_result(None)
+
+    def stats(self) -> dict[str, Any]:
+        baseline = self.limiter.baseline_s
+        return {
+            "limit": self.limit,
+            "in_flight": self.in_flight,
+            "waiting": self.waiting,
+            "no_queue_latency_ms": None if baseline is None else round(baseline * 1000, 2),
+            "overloads": self.overloads,
+        }
+
+
+def origin(url: str) -> str:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{parts.hostname}:{port}"
+
+
+class Gates:
+    """The worker's gates, one per endpoint origin of an adaptive subscription."""
+
+    def __init__(self, on_new: Callable[[str, OriginGate], None] | None = None) -> None:
+        self._gates: dict[str, OriginGate] = {}
+        self._on_new = on_new
+
+    def for_endpoint(self, url: str, min_limit: int, max_limit: int) -> OriginGate:
+        key = origin(url)
+        gate = self._gates.get(key)
+        if gate is None:
+            settings = LimiterSettings(min_limit=min_limit, max_limit=max_limit, initial_limit=min(8, max_limit))
+            gate = self._gates[key] = OriginGate(settings)
+            if self._on_new is not None:
+                self._on_new(key, gate)
+        elif max_limit > gate.limiter.settings.max_limit:
+            gate.limiter.settings.max_limit = max_limit  # the widest subscription there bounds it
+        return gate
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        return {k: g.stats() for k, g in self._gates.items()}
