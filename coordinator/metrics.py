@@ -1,4 +1,4 @@
-"""Coordinator metrics (CONTRACT section 6), on the coordinator's own registry."""
+"""Coordinator metrics (docs/contract.md §6), on the coordinator's own registry."""
 
 from __future__ import annotations
 

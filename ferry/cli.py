@@ -1,4 +1,4 @@
-"""The ``ferry`` console script (CONTRACT section 1). Each command imports its service lazily,
+"""The ``ferry`` console script (docs/contract.md §1). Each command imports its service lazily,
 so ``ferry portal`` never loads the worker and ``ferry worker`` never loads SQLAlchemy."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ database outage never stops delivery). Workers never touch it: the coordinator p
 they need to ZooKeeper. The schema is created and evolved only by Alembic (``ferry migrate``);
 ``tests/integration/test_migrations.py`` proves the migrations and these models never drift.
 
-A subscription row holds every field of the CONTRACT section 3 document in its own column,
+A subscription row holds every field of the docs/contract.md §3 document in its own column,
 so operators can query it with SQL; :func:`to_subscription` turns a row back into the one
 validated :class:`ferry.subscription.Subscription`. API tokens are stored as SHA-256 hashes
 only: a leaked table does not leak a usable token. Audit entries never carry secrets.

@@ -25,7 +25,7 @@ class ValidationError(FerryError):
 
 
 class OffsetRecordError(FerryError):
-    """An offsets-topic record does not decode per CONTRACT section 5."""
+    """An offsets-topic record does not decode per docs/contract.md §5."""
 
 
 class EndpointRefused(FerryError):

@@ -1,4 +1,4 @@
-"""The offset record (CONTRACT section 5): codec and the "latest state per key" rule.
+"""The offset record (docs/contract.md §5): codec and the "latest state per key" rule.
 
 Written by a worker's offset merge to the compacted offsets topic, read back by the next owner
 of the partition on restore, and by the Spark replay. All three use :func:`decode_value` and

@@ -1,4 +1,4 @@
-"""The subscription document (CONTRACT section 3): parsing, validation, defaults, masking.
+"""The subscription document (docs/contract.md §3): parsing, validation, defaults, masking.
 
 One parser serves the portal (request validation), the coordinator (what it publishes to
 ZooKeeper) and the worker (what it pushes by), so the three can never disagree on a field.
@@ -39,7 +39,7 @@ class PartitionRef(NamedTuple):
     partition: int
 
     def key(self) -> str:
-        """The offsets-topic key (CONTRACT section 5)."""
+        """The offsets-topic key (docs/contract.md §5)."""
         return f"{self.subscription}/{self.topic}/{self.partition}"
 
 

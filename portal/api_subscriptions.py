@@ -1,4 +1,4 @@
-"""Subscription registry routes (CONTRACT section 3): list, create, read, replace, delete, pause, resume.
+"""Subscription registry routes (docs/contract.md §3): list, create, read, replace, delete, pause, resume.
 
 Every write is validated by the one shared parser (:func:`ferry.subscription.parse`), audited,
 and announced to the coordinator by touching ``subscriptions-changed`` in ZooKeeper (if

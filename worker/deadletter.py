@@ -2,7 +2,7 @@
 
 A dead-letter record keeps the source record's key, value and headers and adds ``ferry-error``,
 ``ferry-attempts``, ``ferry-source-topic``, ``ferry-source-partition`` and
-``ferry-source-offset`` (CONTRACT section 4). It is produced with the idempotent producer and
+``ferry-source-offset`` (docs/contract.md §4). It is produced with the idempotent producer and
 the source record counts as acknowledged only once the broker confirmed the dead letter; if the
 produce fails, the record stays unacknowledged and is retried later (never silently dropped).
 """

@@ -1,4 +1,4 @@
-"""Worker metrics (CONTRACT section 6), on the worker's own registry.
+"""Worker metrics (docs/contract.md §6), on the worker's own registry.
 
 The per-record ones (delivered, retried, dead-lettered, push latency) are :class:`LoopCounter`
 and :class:`LoopHistogram`: plain numbers updated on the event loop, turned into metric families

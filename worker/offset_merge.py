@@ -7,7 +7,7 @@ would be redelivered after a move. The merge keeps both halves of the truth:
 - ``committed``: every offset below it is acknowledged (or dead-lettered, or does not exist);
 - ``acked``: sorted, disjoint, non-adjacent half-open ranges above ``committed``.
 
-Its state is what the offsets topic stores (CONTRACT section 5), so a new owner restores it and
+Its state is what the offsets topic stores (docs/contract.md §5), so a new owner restores it and
 skips what was already acknowledged. The state grows with the number of gaps, never with the
 window. Pure: no I/O, no clock.
 

@@ -1,4 +1,4 @@
-"""Push: one Kafka record → one HTTP POST in CloudEvents binary content mode (CONTRACT section 4).
+"""Push: one Kafka record → one HTTP POST in CloudEvents binary content mode (docs/contract.md §4).
 
 :func:`cloudevent_headers` is pure and builds exactly the contract's headers. :class:`PushClient`
 is the one small interface the partitions push through, over :mod:`worker.http1` (keep-alive

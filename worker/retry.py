@@ -1,4 +1,4 @@
-"""Retry policy: what to do after each push attempt (CONTRACT section 4). Pure: no I/O.
+"""Retry policy: what to do after each push attempt (docs/contract.md §4). Pure: no I/O.
 
 - 2xx: acknowledged.
 - 429 and 503: retry after ``Retry-After`` (seconds or an HTTP date) when given, else backoff.

@@ -1,4 +1,4 @@
-"""``ferry dev``: the whole embedded stack on one machine, supervised (CONTRACT section 1).
+"""``ferry dev``: the whole embedded stack on one machine, supervised (docs/contract.md §1).
 
 Starts a real ZooKeeper server and a Kafka-protocol broker under ``--data-dir``, migrates an
 SQLite metadata database, then runs one coordinator, N workers and the portal as child

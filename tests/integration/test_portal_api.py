@@ -1,4 +1,4 @@
-"""The portal REST API (CONTRACT section 3) against MariaDB, real ZooKeeper and the broker."""
+"""The portal REST API (docs/contract.md §3) against MariaDB, real ZooKeeper and the broker."""
 
 from __future__ import annotations
 

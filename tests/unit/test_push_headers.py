@@ -1,4 +1,4 @@
-"""CloudEvents binary-mode headers exactly as CONTRACT section 4 lists them."""
+"""CloudEvents binary-mode headers exactly as docs/contract.md §4 lists them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Retry policy: the schedule and what each answer means (CONTRACT section 4)."""
+"""Retry policy: the schedule and what each answer means (docs/contract.md §4)."""
 
 from __future__ import annotations
 

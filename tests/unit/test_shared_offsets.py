@@ -1,4 +1,4 @@
-"""The offset record codec (CONTRACT section 5) and the stale-epoch rule."""
+"""The offset record codec (docs/contract.md §5) and the stale-epoch rule."""
 
 from __future__ import annotations
 

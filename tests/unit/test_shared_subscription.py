@@ -1,4 +1,4 @@
-"""The subscription document (CONTRACT section 3): defaults, field-by-field errors, secret masking."""
+"""The subscription document (docs/contract.md §3): defaults, field-by-field errors, secret masking."""
 
 from __future__ import annotations
 
