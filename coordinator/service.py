@@ -22,6 +22,7 @@ from ferry.coordinator.catalog import Catalog
 from ferry.coordinator.leader import Leader
 from ferry.coordinator.metrics import CoordinatorMetrics
 from ferry.zk import make_client
+from ferry.zk import start as zk_start
 
 _log = log.get_logger(__name__)
 
@@ -48,7 +49,18 @@ async def serve(settings: Settings) -> int:
         service="coordinator",
         json_routes={"/status": lambda: {"id": coordinator_id, "leading": leader.leading}},
     )
-    await asyncio.to_thread(zk.start, 30)
+    waiting = threading.Event()
+    connect = asyncio.ensure_future(asyncio.to_thread(zk_start, zk, settings, waiting))
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({connect, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    if stop.is_set():  # asked to stop while still waiting for ZooKeeper
+        waiting.set()
+        stopped.cancel()
+        await asyncio.to_thread(zk.stop)
+        await http.cleanup()
+        _log.info("coordinator.stopped", coordinator=coordinator_id, connected=False)
+        return 0
+    stopped.cancel()
     election = zk.Election(zkpaths.election(settings.cluster), identifier=coordinator_id)
 
     def campaign() -> None:

@@ -8,6 +8,8 @@ workers and the portal all connect through :func:`make_client`.
 
 from __future__ import annotations
 
+import threading
+
 from kazoo.client import KazooClient
 from kazoo.retry import KazooRetry
 
@@ -21,3 +23,38 @@ def make_client(settings: Settings) -> KazooClient:
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=2.0),
         command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
     )
+
+
+def start(
+    client: KazooClient,
+    settings: Settings,
+    stopping: threading.Event | None = None,
+    attempt_s: float = 10.0,
+    max_wait_s: float = 30.0,
+) -> bool:
+    """Blocking: connect, waiting for ZooKeeper as long as it takes (as a pod waits for its
+    dependencies), with one log line per failed attempt naming the setting and the address.
+    Returns False when ``stopping`` was set before a connection was made."""
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    from ferry import log
+
+    logger = log.get_logger("ferry.zk")
+    wait = 1.0
+    stopping = stopping or threading.Event()
+    while not stopping.is_set():
+        try:
+            client.start(timeout=attempt_s)
+            return True
+        except KazooTimeoutError:
+            logger.warning(
+                "zookeeper.unreachable",
+                setting="FERRY_ZK_CONNECT",
+                address=settings.zookeeper.connect,
+                next_try_s=wait,
+                hint="start ZooKeeper or correct FERRY_ZK_CONNECT; this service waits for it",
+            )
+            client.stop()
+            stopping.wait(wait)
+            wait = min(max_wait_s, wait * 2)
+    return False

@@ -25,6 +25,7 @@ from ferry.errors import FerryError
 from ferry.offsets import OffsetState, StateTable, encode_key, encode_value
 from ferry.subscription import INTERNAL_PREFIX, PartitionRef, Subscription
 from ferry.zk import make_client
+from ferry.zk import start as zk_start
 
 SCAN_TIMEOUT_S = 10.0
 HINT_TIMEOUT_S = 3.0
@@ -49,7 +50,7 @@ class Cluster:
         self._offsets_lock = threading.Lock()
 
     def start(self) -> None:
-        self.zk.start(30)
+        zk_start(self.zk, self.settings)
 
     def stop(self) -> None:
         self.zk.stop()

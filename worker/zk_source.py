@@ -47,6 +47,7 @@ from ferry.config import Settings
 from ferry.subscription import PartitionRef, Subscription, from_trusted
 from ferry.worker.engine import Engine
 from ferry.zk import make_client
+from ferry.zk import start as zk_start
 
 _log = log.get_logger(__name__)
 STATS_INTERVAL_S = 1.0
@@ -129,7 +130,7 @@ class ZkSource:
     async def run(self, stop: asyncio.Event) -> None:
         self.loop = asyncio.get_running_loop()
         self.zk.add_listener(self._on_state)
-        await asyncio.to_thread(self.zk.start, 30)
+        await asyncio.to_thread(zk_start, self.zk, self.settings)
         await self._register()
         self.zk.DataWatch(zkpaths.assignment(self.cluster, self.worker_id), self._on_assignment)
         background = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._publish_stats())]
