@@ -396,5 +396,6 @@ class PartitionRunner:
             "dead_lettered": self.dead_lettered,
             "filtered": self.filtered,
             "filter_errors": self.admission.errors,
+            "filter": self.admission.document,
             "live": [[o, *v] for o, v in sorted(self.live.items())[:LIVE_SHOWN]],
         }

@@ -17,7 +17,7 @@ from tests.support.wait import until
 from tests.support.worker import static_worker
 
 pytestmark = pytest.mark.integration
-N = 4_000
+N = 10_000
 PARTS = 4
 REGIONS = ("eu", "us", "ap", "sa")
 
@@ -102,3 +102,40 @@ def test_a_filter_delivers_exactly_the_matching_records(
         assert "ferry_records_filtered_total" in w.metrics()
     finally:
         w.stop()
+
+
+def test_a_filter_change_applies_to_records_not_yet_pushed_and_traceparent_reaches_the_endpoint(
+    tmp_path: Path, zk_connect: str, kafka_bootstrap: str, endpoint: EndpointRecorder
+) -> None:
+    """Through the coordinator: the filter is changed while the subscription runs; records produced
+    afterwards are judged by the new filter. A record's W3C trace context reaches the endpoint."""
+    from tests.support.cluster import Cluster
+
+    topic = f"refilter-{secrets.token_hex(3)}"
+    create_topic(kafka_bootstrap, topic, 1)
+    c = Cluster(tmp_path, zk_connect, kafka_bootstrap)
+    try:
+        c.coordinator()
+        w1 = c.worker("w1")
+        w1.wait_ready(60)
+        c.add_subscription(
+            {"name": "rf", "topics": [topic], "endpoint": {"url": endpoint.url}, "filter": {"exact": {"region": "eu"}}}
+        )
+        tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        produce(kafka_bootstrap, topic, [(b"k", b"eu-1", 0)], headers=[("region", b"eu"), ("traceparent", tp.encode())])
+        produce(kafka_bootstrap, topic, [(b"k", b"us-1", 0)], headers=[("region", b"us")])
+        first = endpoint.wait_for(lambda rs: any(r.body == b"eu-1" for r in rs), timeout_s=60, what="eu-1")
+        assert next(r for r in first if r.body == b"eu-1").headers.get("traceparent") == tp
+        c.edit("rf", filter={"exact": {"region": "us"}})
+        # Wait until the worker runs the new document (its stats say which filter it applies).
+        new = {"exact": {"region": "us"}}
+        until(
+            lambda: [s["filter"] for s in w1.stats()] == [new], timeout_s=30, what="the worker applies the new filter"
+        )
+        produce(kafka_bootstrap, topic, [(b"k", b"eu-2", 0)], headers=[("region", b"eu")])
+        produce(kafka_bootstrap, topic, [(b"k", b"us-2", 0)], headers=[("region", b"us")])
+        endpoint.wait_for(lambda rs: any(r.body == b"us-2" for r in rs), timeout_s=60, what="us-2 under the new filter")
+        bodies = {r.body for r in endpoint.snapshot()}
+        assert bodies == {b"eu-1", b"us-2"}, bodies
+    finally:
+        c.close()
