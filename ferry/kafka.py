@@ -76,7 +76,11 @@ def ensure_topic(
     """Create ``name`` unless it exists. Returns True when it was created here."""
     client = admin(client_config)
     try:
-        if name in client.list_topics(timeout=timeout_s).topics:
+        try:
+            existing = client.list_topics(timeout=timeout_s).topics
+        except KafkaException as exc:
+            raise KafkaUnavailable(f"cannot list topics: {exc.args[0].str() if exc.args else exc}") from None
+        if name in existing:
             return False
         fut = client.create_topics([NewTopic(name, num_partitions, 1, config=dict(config or {}))])[name]
         try:

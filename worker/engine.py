@@ -21,6 +21,7 @@ from typing import Any
 
 from ferry import log
 from ferry.config import Settings
+from ferry.kafka import KafkaUnavailable
 from ferry.offsets import OffsetState
 from ferry.subscription import INTERNAL_PREFIX, PartitionRef, Subscription
 from ferry.worker.blocking import close_within
@@ -81,7 +82,22 @@ class Engine:
         self._store = OffsetStore(
             self.settings.kafka.client_config(), self.settings.kafka.offsets_topic, self._producer
         )
-        await asyncio.to_thread(self._store.ensure_topic)
+        wait_s = 1.0
+        while True:  # as a pod waits for its dependencies: one line per attempt, never a traceback
+            try:
+                await asyncio.to_thread(self._store.ensure_topic)
+                break
+            except KafkaUnavailable as exc:
+                _log.warning(
+                    "kafka.unreachable",
+                    setting="FERRY_KAFKA_BOOTSTRAP",
+                    address=self.settings.kafka.bootstrap,
+                    error=str(exc)[:200],
+                    next_try_s=wait_s,
+                    hint="start Kafka or correct FERRY_KAFKA_BOOTSTRAP; this worker waits for it",
+                )
+                await asyncio.sleep(wait_s)
+                wait_s = min(30.0, wait_s * 2)
         self._starts = StartOffsets(self.settings.kafka.client_config())
         self._client = Sinks(self._producer, self.settings)
         self._client.export(self.metrics.internal)

@@ -80,7 +80,15 @@ async def serve(settings: Settings, assignment_file: str | None = None) -> int:
         "worker.starting", worker=worker_id, metrics_port=port, static=bool(assignment_file), native=native.loaded()
     )
     try:
-        await engine.start()
+        starting = asyncio.create_task(engine.start())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not starting.done():  # stopped while still waiting for Kafka
+            starting.cancel()
+            await asyncio.gather(starting, return_exceptions=True)
+            return 0
+        starting.result()
         if assignment_file:
             from ferry.worker import static_source
 

@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -130,7 +131,19 @@ class ZkSource:
     async def run(self, stop: asyncio.Event) -> None:
         self.loop = asyncio.get_running_loop()
         self.zk.add_listener(self._on_state)
-        await asyncio.to_thread(zk_start, self.zk, self.settings)
+        giving_up = threading.Event()  # stopped while still waiting for ZooKeeper
+
+        async def give_up() -> None:
+            await stop.wait()
+            giving_up.set()
+
+        watcher = asyncio.create_task(give_up())
+        try:
+            if not await asyncio.to_thread(zk_start, self.zk, self.settings, giving_up):
+                await asyncio.to_thread(self.zk.stop)
+                return
+        finally:
+            watcher.cancel()
         await self._register()
         self.zk.DataWatch(zkpaths.assignment(self.cluster, self.worker_id), self._on_assignment)
         background = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._publish_stats())]

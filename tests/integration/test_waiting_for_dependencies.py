@@ -1,0 +1,52 @@
+"""A worker with no ZooKeeper or Kafka to reach waits for them with one line per attempt naming the
+setting and the address (never a traceback) and stops promptly on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ferry.devstack import embedded
+from tests.support.wait import until
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize(
+    ("role", "setting"), [("worker", "FERRY_KAFKA_BOOTSTRAP"), ("coordinator", "FERRY_ZK_CONNECT")]
+)
+def test_waits_with_one_line_per_attempt_and_stops_on_sigterm(tmp_path: Path, role: str, setting: str) -> None:
+    dead = f"127.0.0.1:{embedded.free_port()}"
+    log = tmp_path / f"{role}.log"
+    env = {
+        **os.environ,
+        "FERRY_LOG_FORMAT": "text",
+        "FERRY_ZK_CONNECT": dead,
+        "FERRY_KAFKA_BOOTSTRAP": dead,
+        "FERRY_DB_URL": f"sqlite:///{tmp_path}/m.db",
+        "FERRY_WORKER_METRICS_PORT": "0",
+        "FERRY_COORDINATOR_METRICS_PORT": "0",
+    }
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ferry.cli", role], stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+    try:
+        until(lambda: setting in log.read_text(), timeout_s=40, what=f"a line naming {setting}")
+        line = next(x for x in log.read_text().splitlines() if setting in x)
+        assert "unreachable" in line and dead in line
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+        assert time.monotonic() - started < 20
+        assert "Traceback" not in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
