@@ -32,6 +32,8 @@ from ferry.devstack import embedded
 from ferry.errors import ConfigError, FerryError
 
 _log = log.get_logger(__name__)
+WATCH_EVERY_S = 5.0
+"""How often ``ferry dev`` looks for failing subscriptions to report in its console."""
 READY_TIMEOUT_S = 90.0
 RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0)
 
@@ -97,6 +99,12 @@ def _http_ok(url: str) -> bool:
             return bool(r.status == 200)
     except OSError:
         return False
+
+
+def _get_json(url: str, token: str) -> Any:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})  # noqa: S310 - loopback URL
+    with urllib.request.urlopen(req, timeout=5) as r:  # noqa: S310
+        return json.loads(r.read())
 
 
 def _post_json(url: str, token: str, doc: dict[str, Any], method: str = "POST") -> int:
@@ -300,7 +308,12 @@ class DevStack:
 
     def supervise(self) -> None:
         reported: set[str] = set()
+        last_watch = time.monotonic()
+        seen: dict[str, dict[str, float]] = {}
         while not self.stop.wait(0.5):
+            if self.state and time.monotonic() - last_watch >= WATCH_EVERY_S:
+                last_watch = time.monotonic()
+                self._watch(seen)
             if self._check_children() and self.state:
                 self._write_state()
             for p in self.infra:
@@ -308,6 +321,25 @@ class DevStack:
                     # Not restarted: the broker keeps data in memory, a new one would be empty.
                     reported.add(p.name)
                     _log.error("dev.infra_exited", role=p.name, log=str(p.log_path), hint="restart ferry dev")
+
+    def _watch(self, seen: dict[str, dict[str, float]]) -> None:
+        """Print one line per subscription that is failing (retries, dead letters, a held partition)."""
+        from ferry.devstack import watch
+
+        url, token = str(self.state.get("portal_url")), str(self.state.get("admin_token"))
+        try:
+            subs = _get_json(f"{url}/api/v1/subscriptions", token)["subscriptions"]
+            for sub in subs:
+                name = sub["name"]
+                now = watch.totals(_get_json(f"{url}/api/v1/subscriptions/{name}/status", token))
+                # A subscription seen for the first time is compared with nothing done yet.
+                before = seen.get(name, {"retried": 0, "dead_lettered": 0, "held": 0})
+                line = watch.summary(name, before, now, WATCH_EVERY_S)
+                seen[name] = now
+                if line:
+                    print(f"{line}; see {self.dir / 'logs'}", flush=True)
+        except Exception as exc:  # the console summary is a convenience: never stop supervising for it
+            _log.warning("dev.watch_failed", error=str(exc)[:200])
 
     def shutdown(self) -> None:
         order = ["demo-producer", "gateway", "portal", "worker", "demo-echo", "coordinator"]

@@ -139,3 +139,20 @@ def test_sigterm_while_starting_stops_everything(tmp_path: Path) -> None:
             proc.wait(10)
     for pid in kids:
         until(lambda: not alive(pid) and not group_alive(pid), timeout_s=10, what=f"child {pid} gone")  # noqa: B023
+
+
+def test_failing_delivery_shows_in_the_console(tmp_path: Path, endpoint: EndpointRecorder) -> None:
+    from tests.support.endpoint import Reply
+
+    endpoint.script = lambda r: Reply(503)
+    with DevStack(tmp_path, workers=1) as stack:
+        s = stack.state
+        topic = f"dev-{secrets.token_hex(3)}"
+        create_topic(s["kafka_bootstrap"], topic, 1)
+        api = httpx.Client(base_url=s["portal_url"], headers={"Authorization": f"Bearer {s['admin_token']}"})
+        doc = {"name": "broken", "topics": [topic], "endpoint": {"url": endpoint.url}}
+        assert api.post("/api/v1/subscriptions", json=doc).status_code == 201
+        produce(s["kafka_bootstrap"], topic, [(b"k", b"v", 0)])
+        until(lambda: "broken: failing" in stack.log.read_text(), timeout_s=60, what="a failing line in the console")
+        line = next(x for x in stack.log.read_text().splitlines() if "broken: failing" in x)
+        assert "retries" in line and "logs" in line
