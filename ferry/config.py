@@ -32,6 +32,24 @@ class ZooKeeperSettings:
     """A worker silent for this long loses its session and, with it, its partitions."""
 
 
+DEFAULT_KAFKA_CLUSTER = "default"
+"""The name of the cluster of ``FERRY_KAFKA_BOOTSTRAP``."""
+CLUSTER_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+
+
+@dataclass(frozen=True)
+class KafkaCluster:
+    """One further Kafka cluster of ``FERRY_KAFKA_CLUSTERS``."""
+
+    bootstrap: str
+    """Its bootstrap servers."""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """librdkafka settings for its clients (security, SASL, TLS); the default cluster's
+    ``FERRY_KAFKA_CONFIG`` does not apply to it."""
+    zone: str = ""
+    """The zone whose workers consume it while any is alive."""
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
     bootstrap: str = "127.0.0.1:9092"
@@ -49,10 +67,41 @@ class KafkaSettings:
     """The transaction log: prepared (half) messages and their outcomes."""
     idempotency_topic: str = "__ferry_idempotency"
     """The gateway's memory of ``Idempotency-Key`` answers (log-compacted, 24 h)."""
+    clusters: Mapping[str, KafkaCluster] = field(default_factory=dict)
+    """Further Kafka clusters by name (``FERRY_KAFKA_CLUSTERS``, docs/zones.md): a subscription
+    listing one in ``clusters`` consumes its topics there too."""
+    default_zone: str = ""
+    """The zone of the ``default`` cluster (the one of ``bootstrap``)."""
+    name: str = DEFAULT_KAFKA_CLUSTER
+    """Which cluster these settings reach (see :meth:`for_cluster`)."""
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka configuration for one client: bootstrap, extra settings, then overrides."""
         return {"bootstrap.servers": self.bootstrap, **self.config, **overrides}
+
+    def cluster_names(self) -> tuple[str, ...]:
+        """``default`` first, then the further clusters in name order."""
+        return (DEFAULT_KAFKA_CLUSTER, *sorted(self.clusters))
+
+    def zone_of(self, cluster: str) -> str:
+        """The zone a cluster's partitions prefer; an unknown cluster has none."""
+        if cluster == DEFAULT_KAFKA_CLUSTER:
+            return self.default_zone
+        found = self.clusters.get(cluster)
+        return found.zone if found is not None else ""
+
+    def for_cluster(self, cluster: str) -> KafkaSettings:
+        """These settings aimed at another cluster: its bootstrap and librdkafka settings, the same
+        topic names (each cluster keeps its own offsets topic under the same name)."""
+        if cluster == self.name:
+            return self
+        if cluster == DEFAULT_KAFKA_CLUSTER:
+            raise ConfigError("FERRY_KAFKA_CLUSTERS", "settings for another cluster cannot reach back to default")
+        found = self.clusters.get(cluster)
+        if found is None:
+            known = ", ".join(self.cluster_names())
+            raise ConfigError("FERRY_KAFKA_CLUSTERS", f"no Kafka cluster named {cluster!r}; configured: {known}")
+        return dataclasses.replace(self, bootstrap=found.bootstrap, config=found.config, name=cluster)
 
 
 @dataclass(frozen=True)
@@ -81,6 +130,9 @@ class WorkerSettings:
 
     native: bool = True
     """Use the C speedups when they are built; ``false`` runs the pure-Python path."""
+    zone: str = ""
+    """This worker's zone (datacenter, availability zone): it is given the partitions of the
+    Kafka clusters of its zone, and others' only while their zone has no live worker."""
 
     def resolved_id(self) -> str:
         return self.id or f"{socket.gethostname()}-{os.getpid()}"
@@ -190,6 +242,37 @@ def _json_object(name: str, raw: Any) -> dict[str, Any]:
     return value
 
 
+def _clusters(name: str, raw: Any) -> dict[str, KafkaCluster]:
+    """``FERRY_KAFKA_CLUSTERS``: ``{"dc2": {"bootstrap": "...", "config": {...}, "zone": "dc2"}}``."""
+    try:
+        doc = raw if isinstance(raw, Mapping) else json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(name, f"expected a JSON object of cluster name to settings: {exc}") from None
+    if not isinstance(doc, Mapping):
+        raise ConfigError(name, 'expected a JSON object, e.g. {"dc2": {"bootstrap": "kafka.dc2:9092", "zone": "dc2"}}')
+    out: dict[str, KafkaCluster] = {}
+    for cluster, spec in doc.items():
+        where = f"{name}.{cluster}"
+        if cluster == DEFAULT_KAFKA_CLUSTER:
+            raise ConfigError(where, "'default' is the cluster of FERRY_KAFKA_BOOTSTRAP; give this one another name")
+        if not isinstance(cluster, str) or not CLUSTER_NAME_RE.fullmatch(cluster):
+            raise ConfigError(where, "a cluster name must match [a-z0-9][a-z0-9_-]{0,39}")
+        if not isinstance(spec, Mapping):
+            raise ConfigError(where, 'expected an object: {"bootstrap": "...", "config": {...}, "zone": "..."}')
+        extra = set(spec) - {"bootstrap", "config", "zone"}
+        if extra:
+            raise ConfigError(f"{where}.{sorted(extra)[0]}", "unknown field; allowed: bootstrap, config, zone")
+        bootstrap, config, zone = spec.get("bootstrap"), spec.get("config", {}), spec.get("zone", "")
+        if not isinstance(bootstrap, str) or not bootstrap:
+            raise ConfigError(f"{where}.bootstrap", "is required: the cluster's bootstrap servers (host:port,...)")
+        if not isinstance(config, Mapping):
+            raise ConfigError(f"{where}.config", "must be an object of librdkafka settings")
+        if not isinstance(zone, str):
+            raise ConfigError(f"{where}.zone", "must be a zone name (a string)")
+        out[cluster] = KafkaCluster(bootstrap, dict(config), zone)
+    return out
+
+
 def _csv(name: str, raw: Any) -> tuple[str, ...]:
     items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
     return tuple(str(i).strip() for i in items if str(i).strip())
@@ -226,6 +309,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("FERRY_KAFKA_BOOTSTRAP", "kafka.bootstrap", _str),
     Setting("FERRY_KAFKA_CONFIG", "kafka.config", _json_object, secret=True),
     Setting("FERRY_OFFSETS_TOPIC", "kafka.offsets_topic", _str),
+    Setting("FERRY_KAFKA_CLUSTERS", "kafka.clusters", _clusters, secret=True),
+    Setting("FERRY_DEFAULT_KAFKA_ZONE", "kafka.default_zone", _str),
+    Setting("FERRY_ZONE", "worker.zone", _str),
     Setting("FERRY_FETCH_WAIT_MAX_MS", "kafka.fetch_wait_max_ms", _int),
     Setting("FERRY_DB_URL", "database.url", _str, secret=True),
     Setting("FERRY_WORKER_ID", "worker.id", _str),
@@ -373,7 +459,13 @@ def describe(settings: Settings) -> dict[str, Any]:
         value: Any = settings
         for part in s.path.split("."):
             value = getattr(value, part)
-        if s.secret and value:
+        if s.env == "FERRY_KAFKA_CLUSTERS":
+            # Where each cluster is stays visible; its librdkafka settings may hold passwords.
+            value = {
+                name: {"bootstrap": c.bootstrap, "zone": c.zone, "config": "***" if c.config else {}}
+                for name, c in value.items()
+            }
+        elif s.secret and value:
             value = mask_url_password(value) if s.env == "FERRY_DB_URL" else "***"
         out[s.env] = value
     return out

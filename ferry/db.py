@@ -78,6 +78,8 @@ class SubscriptionRow(Base):
     delay_ms: Mapped[int] = mapped_column(sa.Integer, default=0, server_default="0")
     # Adaptive concurrency ({"mode", "min", "max"}); null = fixed max_in_flight.
     concurrency: Mapped[Any] = mapped_column(sa.JSON, nullable=True)
+    # The Kafka clusters consumed (docs/zones.md); null = ["default"].
+    clusters: Mapped[Any] = mapped_column(sa.JSON, nullable=True)
     # Bumped on every change; lets the coordinator and the UI see that a document moved on.
     version: Mapped[int] = mapped_column(sa.Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(sa.DateTime, default=utcnow)
@@ -114,6 +116,7 @@ class SubscriptionRow(Base):
                 "filter": self.filter,
                 "delay_ms": self.delay_ms or 0,
                 "concurrency": self.concurrency,
+                "clusters": self.clusters,
             }
         )
 
@@ -140,6 +143,7 @@ class SubscriptionRow(Base):
         self.delay_ms = sub.delay_ms
         c = sub.concurrency
         self.concurrency = None if c is None else {"mode": c.mode, "min": c.min, "max": c.max}
+        self.clusters = None if sub.clusters == ("default",) else list(sub.clusters)
 
 
 class ApiToken(Base):
@@ -205,7 +209,7 @@ def session(engine: Engine) -> Iterator[Session]:
 # --- subscriptions -------------------------------------------------------------------------
 
 
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 """The migration this code expects (``ferry migrate`` applies it; tests/unit/test_layering.py keeps
 it equal to the newest file in migrations/versions)."""
 

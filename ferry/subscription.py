@@ -9,12 +9,14 @@ first bad field, e.g. ``endpoint.url``.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
 from ferry import filters
+from ferry.config import CLUSTER_NAME_RE as CLUSTER_RE
+from ferry.config import DEFAULT_KAFKA_CLUSTER as DEFAULT_CLUSTER
 from ferry.errors import ValidationError
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -32,15 +34,33 @@ Ordering = Literal["key", "partition", "none"]
 
 
 class PartitionRef(NamedTuple):
-    """One unit of assignment: a partition of a topic, as consumed by one subscription."""
+    """One unit of assignment: a partition of a topic in one Kafka cluster, as consumed by one
+    subscription."""
 
     subscription: str
     topic: str
     partition: int
+    cluster: str = DEFAULT_CLUSTER
 
     def key(self) -> str:
-        """The offsets-topic key (docs/contract.md §5)."""
+        """The offsets-topic key (docs/contract.md §5). The same in every cluster: each cluster's
+        partitions keep their state in that cluster's own offsets topic."""
         return f"{self.subscription}/{self.topic}/{self.partition}"
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any]) -> PartitionRef:
+        """From an assignment entry (``{"subscription", "topic", "partition", "cluster"?}``)."""
+        return cls(
+            str(entry["subscription"]),
+            str(entry["topic"]),
+            int(entry["partition"]),
+            entry.get("cluster", DEFAULT_CLUSTER),
+        )
+
+    def label(self) -> str:
+        """The key, with ``@cluster`` for a cluster other than ``default`` (logs, messages)."""
+        key = self.key()
+        return key if self.cluster == DEFAULT_CLUSTER else f"{key}@{self.cluster}"
 
 
 @dataclass(frozen=True)
@@ -100,6 +120,8 @@ class Subscription:
     """Each record is pushed no earlier than its timestamp + this (delayed consumption, docs/delay.md)."""
     concurrency: ConcurrencySpec | None = None
     """None (or mode fixed): ``max_in_flight`` per partition; adaptive: a learned limit per origin."""
+    clusters: tuple[str, ...] = (DEFAULT_CLUSTER,)
+    """The Kafka clusters its topics are consumed from, every record of each (docs/zones.md)."""
 
     @property
     def retry_topic(self) -> str:
@@ -139,6 +161,8 @@ class Subscription:
         if self.concurrency is not None:
             c = self.concurrency
             doc["concurrency"] = {"mode": c.mode, "min": c.min, "max": c.max}
+        if self.clusters != (DEFAULT_CLUSTER,):
+            doc["clusters"] = list(self.clusters)
         return doc
 
     def with_state(self, state: str) -> Subscription:
@@ -160,6 +184,7 @@ _TOP_FIELDS = frozenset(
         "filter",
         "delay_ms",
         "concurrency",
+        "clusters",
     }
 )
 
@@ -261,11 +286,40 @@ INTERNAL_PREFIX = "ferry-internal."
 """Names of Ferry's own work (the delay store, transaction back-checks): not for users."""
 
 
-def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = False) -> Subscription:
+def _clusters(value: Any, known: Collection[str] | None) -> tuple[str, ...]:
+    """``clusters``: absent is ``["default"]``; each name once, and configured when ``known`` is given."""
+    if value is None:
+        return (DEFAULT_CLUSTER,)
+    if not isinstance(value, list) or not value:
+        raise ValidationError("clusters", 'must be a non-empty list of Kafka cluster names, e.g. ["default", "dc2"]')
+    if len(value) > 32:
+        raise ValidationError("clusters", "at most 32 clusters")
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or not CLUSTER_RE.fullmatch(name):
+            raise ValidationError(f"clusters[{i}]", "must be a Kafka cluster name: [a-z0-9][a-z0-9_-]{0,39}")
+        if known is not None and name not in known:
+            raise ValidationError(
+                f"clusters[{i}]",
+                f"no Kafka cluster named {name!r} is configured (configured: {', '.join(known)});"
+                " add it to FERRY_KAFKA_CLUSTERS or remove it here",
+            )
+        if name in value[:i]:
+            raise ValidationError(f"clusters[{i}]", f"lists {name!r} twice")
+    return tuple(value)
+
+
+def parse(
+    doc: Any,
+    *,
+    previous: Subscription | None = None,
+    internal: bool = False,
+    clusters: Collection[str] | None = None,
+) -> Subscription:
     """Validate a subscription document and fill the defaults.
 
     ``previous`` is the stored version when updating: a header value sent back as ``***``
     keeps the stored secret. ``internal``: Ferry's own work may use the reserved name prefix.
+    ``clusters``: the configured Kafka clusters; when given, ``clusters`` may only name them.
     """
     doc = dict(_obj(doc, ""))
     doc.pop("warnings", None)  # read-only hints of an earlier answer, sent back with the document
@@ -335,6 +389,7 @@ def parse(doc: Any, *, previous: Subscription | None = None, internal: bool = Fa
         filter=filter_doc,
         delay_ms=_int_in(doc, "delay_ms", "delay_ms", 0, 0, MAX_CONSUMER_DELAY_MS),
         concurrency=_concurrency(doc.get("concurrency"), max_in_flight),
+        clusters=_clusters(doc.get("clusters"), clusters),
     )
 
 

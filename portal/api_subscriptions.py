@@ -23,6 +23,11 @@ from ferry.subscription import Subscription, parse
 _log = log.get_logger(__name__)
 
 
+def _parse(request: web.Request, body: Any, previous: Subscription | None = None) -> Subscription:
+    """The shared parser, with the Kafka clusters this deployment configures."""
+    return parse(body, previous=previous, clusters=request.app[SETTINGS].kafka.cluster_names())
+
+
 def _doc(sub: Subscription) -> dict[str, Any]:
     return sub.to_doc(mask_secrets=True)
 
@@ -55,7 +60,7 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 
 
 async def create(request: web.Request) -> web.Response:
-    sub = parse(await read_json(request))
+    sub = _parse(request, await read_json(request))
     await check_endpoint(request, sub)
 
     def store() -> None:
@@ -108,14 +113,14 @@ async def replace(request: web.Request) -> web.Response:
     def store() -> Subscription:
         with db.session(request.app[ENGINE]) as s:
             row = load(s, name)
-            sub = parse(body, previous=row.to_subscription())
+            sub = _parse(request, body, row.to_subscription())
             db.update_subscription(s, row, sub)
             db.audit(s, actor(request), "subscription.update", name, _doc(sub))
             return sub
 
     def validate() -> Subscription:
         with db.session(request.app[ENGINE]) as s:
-            return parse(body, previous=load(s, name).to_subscription())
+            return _parse(request, body, load(s, name).to_subscription())
 
     await check_endpoint(request, await asyncio.to_thread(validate))
     sub = await asyncio.to_thread(store)
