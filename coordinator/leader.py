@@ -34,8 +34,8 @@ from ferry.config import Settings
 from ferry.coordinator import starts
 from ferry.coordinator.catalog import Catalog
 from ferry.coordinator.metrics import CoordinatorMetrics
-from ferry.coordinator.planner import moves, plan
-from ferry.subscription import INTERNAL_PREFIX, PartitionRef, Subscription
+from ferry.coordinator.planner import moves, plan_zones
+from ferry.subscription import DEFAULT_CLUSTER, INTERNAL_PREFIX, PartitionRef, Subscription
 
 _log = log.get_logger(__name__)
 
@@ -61,6 +61,8 @@ class Leader:
         self.current: dict[PartitionRef, str] = {}
         self.leading = False
         self._internal_ready = False
+        self._unknown_clusters: set[tuple[str, str]] = set()
+        self._counts_failed: set[str] = set()
 
     # --- election callback (runs in the election thread) ---------------------------------
 
@@ -152,7 +154,8 @@ class Leader:
         out: dict[PartitionRef, str] = {}
         for worker_id, doc in self._children(zkpaths.assignments(self.cluster)):
             for p in doc.get("partitions", []):
-                out[PartitionRef(p["subscription"], p["topic"], int(p["partition"]))] = worker_id
+                ref = PartitionRef.from_entry(p)
+                out[ref] = worker_id
         return out
 
     def _read_known(self) -> starts.Known:
@@ -197,12 +200,13 @@ class Leader:
         ours: dict[PartitionRef, float] = {}
         for s in active.values():
             into = ours if s.name.startswith(INTERNAL_PREFIX) else users
-            for topic in (*s.topics, s.retry_topic):
-                for p in range(counts.get(topic, 0)):
-                    into[PartitionRef(s.name, topic, p)] = 1.0
-        new = plan(workers, users, self.current)
+            for ref in self._partitions_of(s, counts):
+                into[ref] = 1.0
+        kafka_settings = self.settings.kafka
+        home = {ref: kafka_settings.zone_of(ref.cluster) for group in (users, ours) for ref in group}
+        new = plan_zones(workers, users, home, self.current)
         if ours:
-            new.update(plan(workers, ours, self.current))
+            new.update(plan_zones(workers, ours, home, self.current))
         moved = moves(self.current, new)
         self._write(workers, new, active)
         if moved or set(new) != set(self.current):
@@ -212,6 +216,33 @@ class Leader:
         self.current = new
         self.metrics.partitions.set(len(new))
         self.metrics.workers.set(len(workers))
+
+    def _partitions_of(self, sub: Subscription, counts: dict[str, int]) -> list[PartitionRef]:
+        """Every partition the subscription consumes: its topics in each of its clusters, and its
+        retry topic (in the default cluster, where redrives write)."""
+        out: list[PartitionRef] = []
+        configured = self.settings.kafka.cluster_names()
+        for cluster in sub.clusters:
+            if cluster not in configured:
+                self._warn_unknown_cluster(sub.name, cluster)
+                continue
+            for topic in sub.topics:
+                where = starts.at(topic, cluster)
+                out.extend(PartitionRef(sub.name, topic, p, cluster) for p in range(counts.get(where, 0)))
+        out.extend(PartitionRef(sub.name, sub.retry_topic, p) for p in range(counts.get(sub.retry_topic, 0)))
+        return out
+
+    def _warn_unknown_cluster(self, subscription: str, cluster: str) -> None:
+        if (subscription, cluster) in self._unknown_clusters:
+            return
+        self._unknown_clusters.add((subscription, cluster))
+        _log.error(
+            "leader.unknown_kafka_cluster",
+            subscription=subscription,
+            cluster=cluster,
+            configured=list(self.settings.kafka.cluster_names()),
+            hint="configure the same FERRY_KAFKA_CLUSTERS on the portal and the coordinators",
+        )
 
     def _ensure_internal_topics(self) -> None:
         """Create the topics of Ferry's own work (delay store, transaction log) once per leadership;
@@ -228,38 +259,73 @@ class Leader:
 
     def _entry(self, ref: PartitionRef, sub: Subscription) -> dict[str, Any]:
         entry: dict[str, Any] = {"subscription": ref.subscription, "topic": ref.topic, "partition": ref.partition}
-        if starts.from_beginning(sub, ref.topic, ref.partition, self._known):
+        if ref.cluster != DEFAULT_CLUSTER:
+            entry["cluster"] = ref.cluster
+        if starts.from_beginning(sub, starts.at(ref.topic, ref.cluster), ref.partition, self._known):
             entry["start"] = "earliest"
         return entry
 
-    def _workers(self) -> dict[str, float]:
+    def _workers(self) -> dict[str, tuple[str, float]]:
+        """Live workers: id → (zone, capacity)."""
         base = zkpaths.workers(self.cluster)
-        out: dict[str, float] = {}
+        out: dict[str, tuple[str, float]] = {}
         for worker_id in self.zk.get_children(base):
             try:
                 raw, _ = self.zk.get(f"{base}/{worker_id}")
-                capacity = float(json.loads(raw or b"{}").get("capacity", 1.0))
+                doc = json.loads(raw or b"{}")
+                zone, capacity = str(doc.get("zone") or ""), float(doc.get("capacity", 1.0))
             except NoNodeError:
                 continue
-            except (ValueError, TypeError):
-                capacity = 1.0
-            out[worker_id] = capacity
+            except (ValueError, TypeError, AttributeError):
+                zone, capacity = "", 1.0
+            out[worker_id] = (zone, capacity)
         return out
 
     def _partition_counts(self, subs: Any) -> dict[str, int]:
-        topics = {t for s in subs for t in (*s.topics, s.retry_topic)}
+        """Partition counts by :func:`starts.at` (``topic``, or ``topic@cluster`` beyond the
+        default cluster). A cluster that does not answer keeps its last counts, so its
+        partitions stay assigned and the other clusters' go on."""
+        wanted: dict[str, set[str]] = {}
+        configured = self.settings.kafka.cluster_names()
+        for s in subs:
+            for cluster in s.clusters:
+                if cluster in configured:
+                    wanted.setdefault(cluster, set()).update(s.topics)
+            wanted.setdefault(DEFAULT_CLUSTER, set()).add(s.retry_topic)
+        places = {starts.at(t, c) for c, topics in wanted.items() for t in topics}
         stale = time.monotonic() - self._counts_at >= self.settings.coordinator.topic_poll_ms / 1000
-        if stale or not topics <= set(self._counts) | self._missing:
-            try:
-                self._counts = kafka.partition_counts(self.settings.kafka.client_config(), topics)
-                self._missing = topics - set(self._counts)
+        if stale or not places <= set(self._counts) | self._missing:
+            counts = dict(self._counts)
+            missing = set(self._missing)
+            ok = True
+            for cluster, topics in sorted(wanted.items()):
+                cfg = self.settings.kafka.for_cluster(cluster).client_config()
+                try:
+                    found = kafka.partition_counts(cfg, topics)
+                except kafka.KafkaUnavailable as exc:
+                    ok = False
+                    if cluster not in self._counts_failed:
+                        _log.error("leader.kafka_unavailable", cluster=cluster, error=str(exc))
+                    self._counts_failed.add(cluster)
+                    continue
+                if cluster in self._counts_failed:
+                    _log.info("leader.kafka_available", cluster=cluster)
+                    self._counts_failed.discard(cluster)
+                for t in topics:
+                    where = starts.at(t, cluster)
+                    if t in found:
+                        counts[where] = found[t]
+                        missing.discard(where)
+                    else:
+                        counts.pop(where, None)
+                        missing.add(where)
+            self._counts, self._missing = counts, missing
+            if ok:
                 self._counts_at = time.monotonic()
-            except kafka.KafkaUnavailable as exc:
-                _log.error("leader.kafka_unavailable", error=str(exc))
         return self._counts
 
     def _write(
-        self, workers: dict[str, float], assignment: dict[PartitionRef, str], subs: dict[str, Subscription]
+        self, workers: dict[str, tuple[str, float]], assignment: dict[PartitionRef, str], subs: dict[str, Subscription]
     ) -> None:
         base = zkpaths.assignments(self.cluster)
         per_worker: dict[str, list[PartitionRef]] = {w: [] for w in workers}

@@ -20,10 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from ferry.subscription import Subscription
+from ferry.subscription import DEFAULT_CLUSTER, Subscription
 
-# subscription name -> topic -> partitions the topic had when the subscription first met it
+# subscription name -> place (see at()) -> partitions the topic had when the subscription first met it
 Known = dict[str, dict[str, int]]
+
+
+def at(topic: str, cluster: str) -> str:
+    """Where a topic is: its name in the default cluster (as records always said), ``topic@cluster``
+    in another ('@' is in no topic name)."""
+    return topic if cluster == DEFAULT_CLUSTER else f"{topic}@{cluster}"
 
 
 def record(known: Known, subs: Iterable[Subscription], counts: Mapping[str, int], missing: set[str]) -> Known:
@@ -35,21 +41,21 @@ def record(known: Known, subs: Iterable[Subscription], counts: Mapping[str, int]
     out: Known = {}
     for sub in subs:
         topics = dict(known.get(sub.name, {}))
-        for topic in sub.topics:
-            if topic in topics:
+        for where in (at(t, c) for c in sub.clusters for t in sub.topics):
+            if where in topics:
                 continue
-            if topic in counts:
-                topics[topic] = counts[topic]
-            elif topic in missing:
-                topics[topic] = 0
+            if where in counts:
+                topics[where] = counts[where]
+            elif where in missing:
+                topics[where] = 0
         out[sub.name] = topics
     return out
 
 
-def from_beginning(sub: Subscription, topic: str, partition: int, known: Known) -> bool:
+def from_beginning(sub: Subscription, where: str, partition: int, known: Known) -> bool:
     """Whether the partition's first owner starts at its beginning although ``start_from`` is
-    ``latest``: the subscription met it after it started."""
+    ``latest``: the subscription met it after it started. ``where``: see :func:`at`."""
     if sub.start_from != "latest":
         return False
-    count = known.get(sub.name, {}).get(topic)
+    count = known.get(sub.name, {}).get(where)
     return count is not None and partition >= count

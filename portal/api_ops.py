@@ -17,12 +17,13 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from ferry import db, log
+from ferry.errors import ConfigError
 from ferry.offsets import OffsetState
 from ferry.portal.api_subscriptions import announce, load, set_state
 from ferry.portal.cluster import ClusterBusy
 from ferry.portal.http import CLUSTER, ENGINE, ApiError, actor, read_json
 from ferry.portal.trace_op import trace_record
-from ferry.subscription import PartitionRef, Subscription
+from ferry.subscription import DEFAULT_CLUSTER, PartitionRef, Subscription
 
 _log = log.get_logger(__name__)
 RESET_RELEASE_TIMEOUT_S = 60.0
@@ -35,8 +36,21 @@ def _subscription(request: web.Request) -> Subscription:
 
 
 def _refs(request: web.Request, sub: Subscription) -> list[PartitionRef]:
-    counts = request.app[CLUSTER].partition_counts([*sub.topics, sub.retry_topic])
-    return [PartitionRef(sub.name, t, p) for t in (*sub.topics, sub.retry_topic) for p in range(counts.get(t, 0))]
+    """Every partition of the subscription: its topics in each of its (configured) Kafka clusters,
+    then its retry topic, in the default cluster."""
+    cluster = request.app[CLUSTER]
+    configured = cluster.settings.kafka.cluster_names()
+    out: list[PartitionRef] = []
+    for kc in sub.clusters:
+        if kc not in configured:
+            continue
+        topics = [*sub.topics, sub.retry_topic] if kc == DEFAULT_CLUSTER else list(sub.topics)
+        counts = cluster.kafka_view(kc).partition_counts(topics)
+        out.extend(PartitionRef(sub.name, t, p, kc) for t in topics for p in range(counts.get(t, 0)))
+    if DEFAULT_CLUSTER not in sub.clusters:
+        counts = cluster.partition_counts([sub.retry_topic])
+        out.extend(PartitionRef(sub.name, sub.retry_topic, p) for p in range(counts.get(sub.retry_topic, 0)))
+    return out
 
 
 async def status(request: web.Request) -> web.Response:
@@ -46,22 +60,23 @@ async def status(request: web.Request) -> web.Response:
     def gather() -> list[dict[str, Any]]:
         refs = _refs(request, sub)
         live = cluster.worker_stats()
-        states: dict[PartitionRef, OffsetState | None] | None = None
+        states: dict[PartitionRef, OffsetState | None] = {}
         rows = []
         for ref in refs:
             owner = cluster.owner(ref)
             st = live.get(ref)
+            view = cluster.kafka_view(ref.cluster)
             if st is not None and st.get("committed") is not None:
                 committed, hw = st["committed"], st.get("high_watermark")
             else:
-                if states is None:
-                    states = cluster.offset_states(refs)
+                if ref not in states:
+                    states.update(view.offset_states([r for r in refs if r.cluster == ref.cluster]))
                 state = states.get(ref)
                 committed = state.committed if state is not None else None
                 hw = None
             if hw is None:
                 try:
-                    hw = cluster.end_offset(ref.topic, ref.partition, committed or 0)
+                    hw = view.end_offset(ref.topic, ref.partition, committed or 0)
                 except ClusterBusy:
                     hw = None
             lag = max(0, hw - (committed or 0)) if hw is not None else None
@@ -69,6 +84,7 @@ async def status(request: web.Request) -> web.Response:
                 {
                     "topic": ref.topic,
                     "partition": ref.partition,
+                    "cluster": ref.cluster,
                     "worker": owner["worker"] if owner else None,
                     "epoch": owner["epoch"] if owner else None,
                     "committed": committed,
@@ -138,18 +154,22 @@ async def reset(request: web.Request) -> web.Response:
         def rewrite() -> list[dict[str, Any]]:
             out = []
             for ref in refs:
+                view = cluster.kafka_view(ref.cluster)
                 if target == "earliest":
-                    offset = cluster.start_offset(ref.topic, ref.partition)
+                    offset = view.start_offset(ref.topic, ref.partition)
                 elif target == "latest":
-                    offset = cluster.end_offset(ref.topic, ref.partition)
+                    offset = view.end_offset(ref.topic, ref.partition)
                 else:
-                    offset = cluster.scan(ref.topic, ref.partition, 0, until_ts_ms=int(target))
+                    offset = view.scan(ref.topic, ref.partition, 0, until_ts_ms=int(target))
                 epoch = cluster.bump_epoch(ref)
                 state = OffsetState(
                     committed=offset, acked=(), epoch=epoch, worker="portal", ts=int(time.time() * 1000)
                 )
-                cluster.write_state(sub, ref, state)
-                out.append({"topic": ref.topic, "partition": ref.partition, "committed": offset, "epoch": epoch})
+                view.write_state(sub, ref, state)
+                row = {"topic": ref.topic, "partition": ref.partition, "committed": offset, "epoch": epoch}
+                if ref.cluster != DEFAULT_CLUSTER:
+                    row["cluster"] = ref.cluster
+                out.append(row)
             return out
 
         partitions = await asyncio.to_thread(rewrite)
@@ -248,11 +268,20 @@ async def record_trace(request: web.Request) -> web.Response:
             raise ApiError(400, "must be a non-negative integer", field)
         numbers.append(int(raw))
     partition, offset = numbers
-    counts = await asyncio.to_thread(request.app[CLUSTER].partition_counts, [topic])
+    kafka_cluster = request.query.get("cluster", DEFAULT_CLUSTER)
+    if kafka_cluster not in sub.clusters and not (kafka_cluster == DEFAULT_CLUSTER and topic == sub.retry_topic):
+        raise ApiError(
+            404, f"subscription {sub.name!r} does not read Kafka cluster {kafka_cluster!r} ({sub.clusters})", "cluster"
+        )
+    try:
+        view = request.app[CLUSTER].kafka_view(kafka_cluster)
+    except ConfigError as exc:
+        raise ApiError(404, str(exc), "cluster") from None
+    counts = await asyncio.to_thread(view.partition_counts, [topic])
     if partition >= counts.get(topic, 0):
         raise ApiError(404, f"topic {topic!r} has no partition {partition}", "partition")
     try:
-        answer = await asyncio.to_thread(trace_record, request.app[CLUSTER], sub, topic, partition, offset)
+        answer = await asyncio.to_thread(trace_record, view, sub, topic, partition, offset, kafka_cluster)
     except ClusterBusy as exc:
         raise ApiError(503, str(exc)) from None
     return web.json_response(answer)

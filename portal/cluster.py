@@ -10,6 +10,7 @@ answer ListOffsets wrongly it still finds the true end.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import threading
 import time
@@ -23,7 +24,7 @@ from ferry import kafka, zkpaths
 from ferry.config import Settings
 from ferry.errors import FerryError
 from ferry.offsets import OffsetState, StateTable, encode_key, encode_value
-from ferry.subscription import INTERNAL_PREFIX, PartitionRef, Subscription
+from ferry.subscription import DEFAULT_CLUSTER, INTERNAL_PREFIX, PartitionRef, Subscription
 from ferry.zk import make_client
 from ferry.zk import start as zk_start
 
@@ -48,6 +49,24 @@ class Cluster:
         self.zk = make_client(settings)
         self._offsets = StateTable()
         self._offsets_lock = threading.Lock()
+        self._views: dict[str, Cluster] = {}
+
+    def kafka_view(self, kafka_cluster: str) -> Cluster:
+        """This cluster as seen through another Kafka cluster: the same ZooKeeper, that cluster's
+        Kafka clients and its own offsets table (its offsets topic has the same name). Raises
+        ``ConfigError`` for a cluster ``FERRY_KAFKA_CLUSTERS`` does not name."""
+        if kafka_cluster == DEFAULT_CLUSTER:
+            return self
+        with self._offsets_lock:
+            view = self._views.get(kafka_cluster)
+            if view is None:
+                view = copy.copy(self)
+                view.cfg = self.settings.kafka.for_cluster(kafka_cluster).client_config()
+                view._offsets = StateTable()
+                view._offsets_lock = threading.Lock()
+                view._views = {}
+                self._views[kafka_cluster] = view
+            return view
 
     def start(self) -> None:
         zk_start(self.zk, self.settings)
@@ -93,8 +112,9 @@ class Cluster:
                     "id": wid,
                     "host": doc.get("host"),
                     "since": doc.get("since"),
+                    "zone": doc.get("zone") or "",
                     "partitions": [
-                        {"subscription": p["subscription"], "topic": p["topic"], "partition": p["partition"]}
+                        {k: p[k] for k in ("subscription", "topic", "partition", "cluster") if k in p}
                         for p in owned
                         if not p["subscription"].startswith(INTERNAL_PREFIX)
                     ],
@@ -116,7 +136,7 @@ class Cluster:
         for wid in ids:
             doc = self._json(zkpaths.worker_stats(self.name, wid)) or {}
             for p in doc.get("partitions", []):
-                out[PartitionRef(p["subscription"], p["topic"], int(p["partition"]))] = {**p, "worker": wid}
+                out[PartitionRef.from_entry(p)] = {**p, "worker": wid}
         return out
 
     def worker_docs(self) -> dict[str, dict[str, Any]]:

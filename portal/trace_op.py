@@ -24,13 +24,16 @@ from typing import Any, cast
 from ferry import filters, trace
 from ferry.filters.attributes import RecordAttributes
 from ferry.portal.cluster import Cluster
-from ferry.subscription import PartitionRef, Subscription
+from ferry.subscription import DEFAULT_CLUSTER, PartitionRef, Subscription
 
 DLQ_LOOKUP = 10_000
 
 
-def trace_record(cluster: Cluster, sub: Subscription, topic: str, partition: int, offset: int) -> dict[str, Any]:
-    ref = PartitionRef(sub.name, topic, partition)
+def trace_record(
+    cluster: Cluster, sub: Subscription, topic: str, partition: int, offset: int, kafka_cluster: str = DEFAULT_CLUSTER
+) -> dict[str, Any]:
+    """``cluster``: the portal's view of the record's Kafka cluster (:meth:`Cluster.kafka_view`)."""
+    ref = PartitionRef(sub.name, topic, partition, kafka_cluster)
     log_start = cluster.start_offset(topic, partition)
     log_end = cluster.end_offset(topic, partition)
     state = cluster.offset_states([ref]).get(ref)
@@ -62,7 +65,7 @@ def trace_record(cluster: Cluster, sub: Subscription, topic: str, partition: int
         dead_letter=dead,
         filtered=filtered,
     )
-    return answer
+    return {**answer, "cluster": kafka_cluster}
 
 
 def _dead_letter(

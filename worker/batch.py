@@ -111,9 +111,13 @@ class EventEncoder:
 
     _CACHE_MAX = 4096
 
-    def __init__(self, cluster: str, subscription: str) -> None:
+    def __init__(self, cluster: str, subscription: str, kafka_cluster: str = "default") -> None:
         self._head = '{"specversion":"1.0","type":' + json.dumps(CE_TYPE) + ',"source":'
-        self._head += json.dumps(f"/ferry/{cluster}/{subscription}") + ',"id":"'
+        self._head += json.dumps(f"/ferry/{cluster}/{subscription}")
+        if kafka_cluster != "default":
+            # Records of another Kafka cluster say which: ids are unique per cluster (docs/zones.md).
+            self._head += ',"kafkacluster":' + json.dumps(kafka_cluster)
+        self._head += ',"id":"'
         self._second: int | None = None
         self._second_text = ""
         self._keys: dict[bytes, str] = {}

@@ -67,7 +67,7 @@ class BatchDispatcher:
         self._runner = runner
         self.spec = spec
         self.cap = spec.max_records
-        self._encoder = EventEncoder(runner.ctx.client.cluster, runner.sub.name)
+        self._encoder = EventEncoder(runner.ctx.client.cluster, runner.sub.name, runner.ref.cluster)
         self._linger: asyncio.TimerHandle | None = None
         self._linger_due = False
 

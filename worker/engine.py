@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,18 +22,16 @@ from ferry import log
 from ferry.config import Settings
 from ferry.kafka import KafkaUnavailable
 from ferry.offsets import OffsetState
-from ferry.subscription import INTERNAL_PREFIX, PartitionRef, Subscription
+from ferry.subscription import DEFAULT_CLUSTER, INTERNAL_PREFIX, PartitionRef, Subscription
 from ferry.worker.blocking import close_within
 from ferry.worker.context import Context, Lease
-from ferry.worker.deadletter import DeadLetterSink
 from ferry.worker.fetch import TP, Batch, Fetcher
+from ferry.worker.kafka_clusters import ClusterClients, close_cluster, open_cluster
 from ferry.worker.metrics import WorkerMetrics
-from ferry.worker.offset_store import OffsetStore
 from ferry.worker.origin_gate import Gates, OriginGate
 from ferry.worker.partition import PartitionRunner
-from ferry.worker.producer import PURGED_REPORTS_S, AsyncProducer
+from ferry.worker.producer import PURGED_REPORTS_S
 from ferry.worker.sinks import Sinks
-from ferry.worker.start_offsets import StartOffsets
 
 _log = log.get_logger(__name__)
 MIN_PREFETCH_BYTES = 64 * 1024
@@ -66,26 +63,28 @@ class Engine:
         self.settings = settings
         self.worker_id = worker_id
         self.metrics = metrics or WorkerMetrics()
-        self._kafka_cfg = settings.kafka.client_config(**{"fetch.wait.max.ms": settings.kafka.fetch_wait_max_ms})
         self._runners: dict[PartitionRef, PartitionRunner] = {}
         self._fetch_of: dict[PartitionRef, Fetcher] = {}
         self._routes: dict[tuple[str, TP], PartitionRunner] = {}
-        self._fetchers: list[Fetcher] = []
+        self._clusters: dict[str, ClusterClients] = {}
+        """The clients of each Kafka cluster this worker serves (``default`` always)."""
+        self._opening: dict[str, asyncio.Future[ClusterClients]] = {}
         self._flush_task: asyncio.Task[None] | None = None
         self.started = False
+        self._stopping = False
         self.kafka_unconfirmed = False
         """The latest release's final writes or group commits went unconfirmed: Kafka is not
         answering, so closing does not wait for the producer to flush."""
 
     async def start(self) -> None:
-        self._producer = AsyncProducer(self.settings.kafka.client_config())
-        self._store = OffsetStore(
-            self.settings.kafka.client_config(), self.settings.kafka.offsets_topic, self._producer
-        )
+        default = ClusterClients.create(self.settings.kafka)
+        self._clusters[DEFAULT_CLUSTER] = default
+        self._producer = default.producer
+        self._store = default.store
         wait_s = 1.0
         while True:  # as a pod waits for its dependencies: one line per attempt, never a traceback
             try:
-                await asyncio.to_thread(self._store.ensure_topic)
+                await asyncio.to_thread(default.store.ensure_topic)
                 break
             except KafkaUnavailable as exc:
                 _log.warning(
@@ -98,7 +97,6 @@ class Engine:
                 )
                 await asyncio.sleep(wait_s)
                 wait_s = min(30.0, wait_s * 2)
-        self._starts = StartOffsets(self.settings.kafka.client_config())
         self._client = Sinks(self._producer, self.settings)
         self._client.export(self.metrics.internal)
         await self._client.start()
@@ -106,7 +104,7 @@ class Engine:
         self._ctx = Context(
             worker_id=self.worker_id,
             client=self._client,
-            dead_letters=DeadLetterSink(self.settings.kafka.client_config(), self._producer),
+            dead_letters=default.dead_letters,
             metrics=self.metrics,
             lease=self._lease,
             prefetch_records=self.settings.worker.prefetch_records,
@@ -133,11 +131,12 @@ class Engine:
             runner.update(sub)
             return
         started = time.monotonic()
-        restored = await self._store.restore(ref)
+        clients = await self._cluster(ref.cluster)
+        restored = await clients.store.restore(ref)
         if epoch is None:
             epoch = restored.epoch if restored is not None else 0
         elif restored is not None and restored.epoch > epoch:
-            _log.warning("partition.newer_state", key=ref.key(), epoch=epoch, restored_epoch=restored.epoch)
+            _log.warning("partition.newer_state", key=ref.label(), epoch=epoch, restored_epoch=restored.epoch)
         anchored = restored is None
         if restored is None:
             # First owner ever: make the start durable before the first push (see worker.start_offsets).
@@ -146,12 +145,14 @@ class Engine:
             # usually just before the topic's first owner appears: never skip them.
             if from_beginning or ref.topic == sub.retry_topic:
                 start_from = "earliest"
-            start = await self._starts.resolve((ref.topic, ref.partition), start_from)
+            start = await clients.starts.resolve((ref.topic, ref.partition), start_from)
             if start_from != sub.start_from:
-                _log.info("partition.starts_at_beginning", key=ref.key(), start_from=sub.start_from, offset=start)
+                _log.info("partition.starts_at_beginning", key=ref.label(), start_from=sub.start_from, offset=start)
             restored = OffsetState(start, (), epoch, self.worker_id, int(time.time() * 1000))
-            await self._store.write(ref, restored, sub.group_id)
-        fetcher = self._fetcher_for((ref.topic, ref.partition))
+            await clients.store.write(ref, restored, sub.group_id)
+        if ref in self._runners:  # acquired meanwhile by a concurrent call
+            return
+        fetcher = self._fetcher_for(clients, (ref.topic, ref.partition))
         tp = (ref.topic, ref.partition)
         runner = PartitionRunner(
             ref,
@@ -161,6 +162,7 @@ class Engine:
             restored,
             pause=lambda: fetcher.pause(tp),
             resume=lambda: fetcher.resume(tp),
+            dead_letters=clients.dead_letters,
         )
         self._runners[ref] = runner
         self._fetch_of[ref] = fetcher
@@ -170,7 +172,7 @@ class Engine:
         self.metrics.handoffs.labels(direction="acquired").inc()
         _log.info(
             "partition.acquired",
-            key=ref.key(),
+            key=ref.label(),
             epoch=epoch,
             committed=restored.committed,
             acked_ranges=len(restored.acked),
@@ -185,14 +187,35 @@ class Engine:
         )
         self.metrics.owned.set(len(self._runners))
 
-    def _fetcher_for(self, tp: TP) -> Fetcher:
-        for f in self._fetchers:
+    def _fetcher_for(self, clients: ClusterClients, tp: TP) -> Fetcher:
+        for f in clients.fetchers:
             if tp not in f.assigned:
                 return f
-        f = Fetcher(self._kafka_cfg, f"{self.worker_id}-{len(self._fetchers)}", self._on_batch)
+        where = "" if clients.name == DEFAULT_CLUSTER else f"{clients.name}-"
+        f = Fetcher(clients.fetch_config(), f"{self.worker_id}-{where}{len(clients.fetchers)}", self._on_batch)
         f.start(asyncio.get_running_loop())
-        self._fetchers.append(f)
+        clients.fetchers.append(f)
         return f
+
+    async def _cluster(self, name: str) -> ClusterClients:
+        """The clients of a Kafka cluster, opened on first use (one opening at a time per cluster)."""
+        found = self._clusters.get(name)
+        if found is not None:
+            return found
+        opening = self._opening.get(name)
+        if opening is None:
+            opening = self._opening[name] = asyncio.ensure_future(open_cluster(self.settings.kafka.for_cluster(name)))
+            opening.add_done_callback(lambda _: self._opening.pop(name, None))
+        clients = await asyncio.shield(opening)
+        self._clusters.setdefault(name, clients)
+        return self._clusters[name]
+
+    async def _close_unused_clusters(self) -> None:
+        """Close the clients of every cluster but ``default`` this worker owns no partition of."""
+        used = {ref.cluster for ref in self._runners}
+        for name in [n for n in self._clusters if n != DEFAULT_CLUSTER and n not in used]:
+            clients = self._clusters.pop(name)
+            await close_cluster(clients, 0.0 if self.kafka_unconfirmed else CLOSE_GRACE_S)
 
     def _on_batch(self, fetcher: Fetcher, batch: Batch) -> None:
         for tp in set(batch.records) | set(batch.eof):
@@ -223,6 +246,15 @@ class Engine:
             runners.append(runner)
         if not runners:
             return []
+        try:
+            return await self._release_runners(runners, drain_timeout_ms)
+        finally:
+            if not self._stopping:
+                await self._close_unused_clusters()
+
+    async def _release_runners(
+        self, runners: list[PartitionRunner], drain_timeout_ms: int | None
+    ) -> list[PartitionRef]:
         started = time.monotonic()
         drain_ms = self.settings.worker.drain_timeout_ms if drain_timeout_ms is None else drain_timeout_ms
         # Ferry's own work waits on timers, not on endpoints: nothing of it is half-done, so its
@@ -239,7 +271,7 @@ class Engine:
             self._forget_metrics(ref)
             _log.info(
                 "partition.released",
-                key=ref.key(),
+                key=ref.label(),
                 epoch=runner.epoch,
                 committed=runner.merge.committed if runner.merge else None,
                 confirmed=ref not in unconfirmed,
@@ -270,7 +302,7 @@ class Engine:
 
     def _forget_metrics(self, ref: PartitionRef) -> None:
         """A partition this worker no longer owns has no lag or stall here (its owner reports them)."""
-        labels = (ref.subscription, ref.topic, str(ref.partition))
+        labels = (ref.subscription, ref.topic, str(ref.partition), ref.cluster)
         for gauge in (self.metrics.lag, self.metrics.stalled):
             with contextlib.suppress(KeyError):
                 gauge.remove(*labels)
@@ -301,10 +333,10 @@ class Engine:
             return
         runner.dirty = False
         try:
-            await self._store.write(runner.ref, state, runner.sub.group_id)
+            await self._clusters[runner.ref.cluster].store.write(runner.ref, state, runner.sub.group_id)
         except Exception as exc:
             runner.dirty = True
-            _log.error("offsets.write_failed", key=runner.ref.key(), error=str(exc))
+            _log.error("offsets.write_failed", key=runner.ref.label(), error=str(exc))
             return
         self.metrics.commits.labels(subscription=runner.ref.subscription).inc()
 
@@ -319,7 +351,8 @@ class Engine:
             if state is None:
                 continue  # nothing fetched, nothing restored: no state to keep
             runner.dirty = False
-            writes[asyncio.ensure_future(self._store.write(runner.ref, state, runner.sub.group_id))] = runner
+            store = self._clusters[runner.ref.cluster].store
+            writes[asyncio.ensure_future(store.write(runner.ref, state, runner.sub.group_id))] = runner
         unconfirmed: list[PartitionRef] = []
         errors: dict[str, str] = {}
         if writes:
@@ -330,7 +363,7 @@ class Engine:
                     continue
                 unconfirmed.append(runner.ref)
                 if fut in done:
-                    errors[runner.ref.key()] = str(fut.exception())
+                    errors[runner.ref.label()] = str(fut.exception())
                 else:
                     # Still queued in the producer: it may yet land (a lower epoch than the next
                     # owner's, so harmless), or be purged when the worker stops. Either way it
@@ -339,13 +372,17 @@ class Engine:
         if unconfirmed:
             _log.warning(
                 "offsets.final_state_unconfirmed",
-                partitions=[ref.key() for ref in unconfirmed],
+                partitions=[ref.label() for ref in unconfirmed],
                 timeout_ms=timeout_ms,
                 errors=errors,
                 outcome="the next owner restores the last confirmed state and redelivers from it"
                 " (at-least-once: nothing acknowledged is lost, some records may come twice)",
             )
-        committed = await self._store.commit_groups(timeout_s=max(0.0, deadline - time.monotonic()))
+        stores = {self._clusters[r.ref.cluster].store for r in runners if r.ref.cluster in self._clusters}
+        commits = await asyncio.gather(
+            *(s.commit_groups(timeout_s=max(0.0, deadline - time.monotonic())) for s in stores)
+        )
+        committed = all(commits)
         if not committed:
             _log.warning("offsets.group_commit_unconfirmed", timeout_ms=timeout_ms)
         self.kafka_unconfirmed = bool(unconfirmed) or not committed
@@ -357,11 +394,11 @@ class Engine:
             await asyncio.sleep(interval_s)
             dirty = [r for r in self._runners.values() if r.dirty]
             await asyncio.gather(*(self._write(r) for r in dirty))
-            await self._store.commit_groups()
+            await asyncio.gather(*(c.store.commit_groups() for c in list(self._clusters.values())))
             in_flight: dict[str, int] = {}
             now = time.monotonic()
             for r in self._runners.values():
-                labels = (r.ref.subscription, r.ref.topic, str(r.ref.partition))
+                labels = (r.ref.subscription, r.ref.topic, str(r.ref.partition), r.ref.cluster)
                 self.metrics.stalled.labels(*labels).set(r.observe_stall(now))
                 s = r.stats()
                 in_flight[r.ref.subscription] = in_flight.get(r.ref.subscription, 0) + s["in_flight"]
@@ -377,6 +414,7 @@ class Engine:
         most :func:`final_write_timeout_ms`; then, if anything went unconfirmed, the producer
         purges what it still holds at once instead of flushing, and every client gets
         :data:`CLOSE_GRACE_S` to close before it is left behind."""
+        self._stopping = True
         await self.release_many(list(self._runners), drain_timeout_ms)
         if self._flush_task is not None:
             self._flush_task.cancel()
@@ -384,12 +422,9 @@ class Engine:
                 await self._flush_task
         await self._client.close()
         flush_s = 0.0 if self.kafka_unconfirmed else CLOSE_GRACE_S
-        closers: dict[str, Callable[[], object]] = {
-            f"fetcher-{f.name}": functools.partial(f.stop, CLOSE_GRACE_S) for f in self._fetchers
-        }
-        closers["producer"] = functools.partial(self._producer.close, flush_s)
-        closers["start-offsets"] = self._starts.close
-        closers["offset-store"] = self._store.close
+        closers: dict[str, Callable[[], object]] = {}
+        for clients in self._clusters.values():
+            closers.update(clients.closers(flush_s, CLOSE_GRACE_S))
         left = await close_within(closers, CLOSE_GRACE_S + PURGED_REPORTS_S)
         if left:
             _log.warning("engine.clients_left_open", worker=self.worker_id, clients=left)

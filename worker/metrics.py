@@ -138,13 +138,16 @@ class WorkerMetrics:
             registry=r,
         )
         self.lag = Gauge(
-            "ferry_consumer_lag", "High watermark minus committed.", ["subscription", "topic", "partition"], registry=r
+            "ferry_consumer_lag",
+            "High watermark minus committed.",
+            ["subscription", "topic", "partition", "cluster"],
+            registry=r,
         )
         self.stalled = Gauge(
             "ferry_watermark_stalled_seconds",
             "How long records have been held at or above the committed watermark while it did not move"
             " (a head-of-line block: one record the endpoint keeps failing); 0 while it moves.",
-            ["subscription", "topic", "partition"],
+            ["subscription", "topic", "partition", "cluster"],
             registry=r,
         )
         self.commits = Counter("ferry_offset_commits", "Offset states written.", ["subscription"], registry=r)

@@ -26,6 +26,7 @@ from ferry.subscription import PartitionRef, Subscription
 from ferry.worker import admission
 from ferry.worker.batch_delivery import BatchDispatcher
 from ferry.worker.context import Context
+from ferry.worker.deadletter import DeadLetterSink
 from ferry.worker.offset_merge import OffsetMerge
 from ferry.worker.producer import ProduceFailed
 from ferry.worker.push import Record
@@ -54,8 +55,11 @@ class PartitionRunner:
         restored: OffsetState | None,
         pause: Callable[[], None],
         resume: Callable[[], None],
+        dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.ref = ref
+        self.dead_letters = dead_letters or ctx.dead_letters
+        """Where this partition's dead letters go: the dead-letter topic in its own Kafka cluster."""
         self.sub = sub
         self.epoch = epoch
         self.ctx = ctx
@@ -223,7 +227,7 @@ class PartitionRunner:
             at_send = await gate.acquire(self.ref) if gate is not None else 0
             started = time.monotonic()
             try:
-                result = await self.ctx.client.push(self.sub, record, attempt)
+                result = await self.ctx.client.push(self.sub, record, attempt, self.ref.cluster)
             except BaseException:
                 if gate is not None:
                     gate.release(time.monotonic() - started, at_send, overloaded=False)
@@ -272,7 +276,7 @@ class PartitionRunner:
         delay_s = 0.5
         while True:
             try:
-                await self.ctx.dead_letters.send(self.sub.dead_letter_topic, record, reason, attempts)
+                await self.dead_letters.send(self.sub.dead_letter_topic, record, reason, attempts)
                 return
             except ProduceFailed as exc:
                 # Not acknowledged until the dead letter is safe: keep trying, holding only this key.
@@ -334,7 +338,7 @@ class PartitionRunner:
         if self._tasks:
             _, still = await asyncio.wait(set(self._tasks), timeout=drain_timeout_s)
             if still:
-                _log.warning("partition.drain_timeout", key=self.ref.key(), abandoned=len(still))
+                _log.warning("partition.drain_timeout", key=self.ref.label(), abandoned=len(still))
                 await self._cancel(still)
 
     async def fence(self) -> None:
@@ -362,7 +366,7 @@ class PartitionRunner:
         if event == "began":
             _log.warning(
                 "partition.watermark_stalled",
-                key=self.ref.key(),
+                key=self.ref.label(),
                 committed=committed,
                 stalled_s=round(self._stall.held_s, 1),
                 in_flight=self.window.in_flight,
@@ -373,7 +377,7 @@ class PartitionRunner:
             )
         elif event == "ended":
             held_s = round(self._stall.longest_s, 1)
-            _log.info("partition.watermark_moving", key=self.ref.key(), committed=committed, held_s=held_s)
+            _log.info("partition.watermark_moving", key=self.ref.label(), committed=committed, held_s=held_s)
         return self._stall.held_s
 
     def stats(self) -> dict[str, Any]:
@@ -383,6 +387,7 @@ class PartitionRunner:
             "subscription": self.ref.subscription,
             "topic": self.ref.topic,
             "partition": self.ref.partition,
+            "cluster": self.ref.cluster,
             "epoch": self.epoch,
             "committed": committed,
             "high_watermark": hw,

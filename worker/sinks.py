@@ -255,9 +255,9 @@ class Sinks(PushClient):
         for name, read in figures.items():
             gauge.labels(name).set_function(read)
 
-    async def push(self, sub: Subscription, record: Record, attempt: int) -> PushResult:
+    async def push(self, sub: Subscription, record: Record, attempt: int, kafka_cluster: str = "default") -> PushResult:
         if sub.name == internal.DELAY:
             return await self.delay.push(record)
         if sub.name == internal.TXN:
             return await self.txn.push(record)
-        return await super().push(sub, record, attempt)
+        return await super().push(sub, record, attempt, kafka_cluster)

@@ -113,7 +113,7 @@ class ZkSource:
         desired = {}
         from_beginning = set()
         for p in doc.get("partitions") or []:
-            ref = PartitionRef(p["subscription"], p["topic"], int(p["partition"]))
+            ref = PartitionRef.from_entry(p)
             if ref.subscription in subs:
                 desired[ref] = subs[ref.subscription]
                 if p.get("start") == "earliest":  # met after the subscription started (coordinator.starts)
@@ -176,6 +176,7 @@ class ZkSource:
             "since": int(time.time() * 1000),
             "capacity": 1.0,
             "metrics_url": self.metrics_url,
+            "zone": self.settings.worker.zone,
         }
         while True:
             try:
@@ -192,7 +193,7 @@ class ZkSource:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(gone.wait(), self.session_s * 2)
         self.registered = True
-        _log.info("worker.registered", worker=self.worker_id)
+        _log.info("worker.registered", worker=self.worker_id, zone=self.settings.worker.zone)
 
     def _reconcile(self) -> None:
         if self._lost or self._stopping:

@@ -58,6 +58,11 @@ class Trickle:
         self._thread.start()
         return self
 
+    def confirmed_now(self) -> set[tuple[int, int]]:
+        """The records the broker confirmed so far, while producing goes on."""
+        with self._lock:
+            return set(self.confirmed)
+
     def finish(self, timeout_s: float = 120.0) -> set[tuple[int, int]]:
         """Let the producer reach ``max_records`` (bounded by ``timeout_s``), then stop it."""
         self._thread.join(timeout_s)

@@ -33,7 +33,7 @@ class Endpoint:
 
     cluster = "default"
 
-    async def push(self, sub: Subscription, record: Record, attempt: int) -> PushResult:
+    async def push(self, sub: Subscription, record: Record, attempt: int, kafka_cluster: str = "default") -> PushResult:
         key = (record.key or b"").decode()
         self.pushes.append((asyncio.get_running_loop().time(), key, record.offset, attempt))
         await asyncio.sleep(LATENCY_S)

@@ -1,0 +1,220 @@
+"""Zones and two Kafka clusters on the real stack (docs/zones.md): two embedded brokers as the
+clusters ``default`` (zone dc1) and ``dc2`` (zone dc2), workers in both zones, one subscription
+over both clusters.
+
+- Every record of both clusters is pushed, each cluster's only by its own zone's workers (the
+  pushing process of every request is found from its socket).
+- kill -9 of every dc2 worker: dc2's partitions move to dc1 within the session timeout + 2 s and
+  nothing is lost; the dc2 workers return: the partitions move back, and no record acknowledged
+  before that is pushed again.
+- The dc2 broker frozen for 10 s: the default cluster's records keep flowing without a pause.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ferry import zkpaths
+from ferry.devstack import embedded
+from tests.chaos.harness import socket_owner
+from tests.support.cluster import Cluster, HealthProcess
+from tests.support.endpoint import EndpointRecorder, Received
+from tests.support.kafka import create_topic
+from tests.support.load import Trickle
+from tests.support.wait import until
+
+pytestmark = pytest.mark.integration
+
+PARTS = 4
+SESSION_S = 4.0
+
+
+class Zones:
+    """A Ferry cluster whose workers live in dc1 and dc2, with their pushes told apart."""
+
+    def __init__(self, tmp: Path, zk: str, default: str, dc2: str, endpoint: EndpointRecorder) -> None:
+        clusters = {"dc2": {"bootstrap": dc2, "zone": "dc2"}}
+        self.c = Cluster(tmp, zk, default, FERRY_KAFKA_CLUSTERS=json.dumps(clusters), FERRY_DEFAULT_KAFKA_ZONE="dc1")
+        self.bootstrap = {"default": default, "dc2": dc2}
+        self.workers: dict[str, HealthProcess] = {}
+        self.endpoint = endpoint
+        endpoint.identify = lambda port: socket_owner(port, endpoint.port, self._pids())
+
+    def _pids(self) -> dict[int, str]:
+        return {p.proc.pid: n for n, p in self.workers.items() if p.proc is not None and p.alive()}
+
+    def worker(self, name: str, zone: str) -> HealthProcess:
+        self.workers[name] = self.c.worker(name, FERRY_ZONE=zone)
+        return self.workers[name]
+
+    def owners(self, sub: str, topic: str, cluster: str) -> dict[int, str | None]:
+        out: dict[int, str | None] = {}
+        for p in range(PARTS):
+            path = zkpaths.owner(self.c.name, sub, topic, p, cluster)
+            stat = self.c.zk.exists(path)
+            out[p] = json.loads(self.c.zk.get(path)[0])["worker"] if stat else None
+        return out
+
+    def close(self) -> None:
+        self.c.close()
+
+
+@pytest.fixture()
+def zones(
+    tmp_path: Path,
+    zk_connect: str,
+    kafka_bootstrap: str,
+    own_broker: embedded.ServiceProcess,
+    endpoint: EndpointRecorder,
+) -> Iterator[Zones]:
+    z = Zones(tmp_path, zk_connect, kafka_bootstrap, f"127.0.0.1:{own_broker.port}", endpoint)
+    try:
+        yield z
+    finally:
+        z.close()
+
+
+def cluster_of(r: Received) -> str:
+    return r.headers.get("ce-kafkacluster", "default")
+
+
+def where(r: Received) -> tuple[str, int, int]:
+    return (cluster_of(r), r.partition, r.offset)
+
+
+def start(z: Zones, topic: str) -> None:
+    for name in z.bootstrap.values():
+        create_topic(name, topic, PARTS)
+    z.c.add_subscription(
+        {
+            "name": "zones",
+            "topics": [topic],
+            "endpoint": {"url": z.endpoint.url},
+            "clusters": ["default", "dc2"],
+            "max_in_flight": 16,
+        }
+    )
+    z.c.coordinator()
+    for name, zone in (("a1", "dc1"), ("a2", "dc1"), ("b1", "dc2"), ("b2", "dc2")):
+        z.worker(name, zone)
+    for w in z.workers.values():
+        w.wait_ready(60)
+    for cluster, zone_workers in (("default", {"a1", "a2"}), ("dc2", {"b1", "b2"})):
+        until(
+            lambda c=cluster, ws=zone_workers: set(z.owners("zones", topic, c).values()) == ws,  # type: ignore[misc]
+            timeout_s=40,
+            what=f"{cluster}'s partitions owned by its zone's workers, balanced",
+        )
+
+
+def test_one_subscription_over_two_clusters_failover_and_failback(zones: Zones) -> None:
+    z = zones
+    topic = f"zn-{secrets.token_hex(3)}"
+    start(z, topic)
+    loads = {c: Trickle(b, topic, PARTS, rate=100, keys=16).start() for c, b in z.bootstrap.items()}
+    try:
+        z.endpoint.wait_for(
+            lambda rs: {cluster_of(r) for r in rs if r.status == 200} == {"default", "dc2"},
+            timeout_s=30,
+            what="records of both clusters",
+        )
+        # kill -9 every dc2 worker: dc2's partitions go to dc1 within the session timeout + 2 s.
+        killed_at = time.time()
+        for name in ("b1", "b2"):
+            z.workers[name].kill()
+        until(
+            lambda: set(z.owners("zones", topic, "dc2").values()) <= {"a1", "a2"},
+            timeout_s=SESSION_S + 2 + 5,
+            what="dc2's partitions owned by dc1's workers",
+        )
+        failover_s = time.time() - killed_at
+        print(f"zones: dc2's partitions owned in dc1 {failover_s:.2f} s after kill -9 (session {SESSION_S} s)")
+        assert failover_s < SESSION_S + 2
+        z.endpoint.wait_for(
+            lambda rs: any(cluster_of(r) == "dc2" and r.at > killed_at + failover_s and r.status == 200 for r in rs),
+            timeout_s=15,
+            what="dc2's records pushed from dc1",
+        )
+        # Let dc1 redeliver what dc2's killed workers had pushed since their last offset flush
+        # (at-least-once), so that every push after the failback can be told apart.
+        so_far = {("dc2", p, o) for p, o in loads["dc2"].confirmed_now()}
+        z.endpoint.wait_for(
+            lambda rs: so_far <= {where(r) for r in rs if r.status == 200},
+            timeout_s=30,
+            what="dc2's records so far acknowledged by dc1",
+        )
+        # dc2's workers return: the partitions move back, one fenced handoff each.
+        back_at = time.time()
+        for name in ("b1", "b2"):
+            z.worker(name, "dc2").wait_ready(60)
+        until(
+            lambda: set(z.owners("zones", topic, "dc2").values()) == {"b1", "b2"},
+            timeout_s=40,
+            what="dc2's partitions back on dc2's workers",
+        )
+        until(lambda: time.time() > back_at + 3, timeout_s=30, what="3 s of load after the failback")
+    finally:
+        confirmed = {c: load.stop() for c, load in loads.items()}
+
+    # Nothing lost: every confirmed record of both clusters acknowledged.
+    want = {(c, p, o) for c, recs in confirmed.items() for p, o in recs}
+    z.endpoint.wait_for(
+        lambda rs: want <= {where(r) for r in rs if r.status == 200},
+        timeout_s=60,
+        what="every confirmed record of both clusters acknowledged",
+    )
+    got = z.endpoint.snapshot()
+    # Each cluster's records were pushed by its own zone's workers, but while dc2 had none.
+    dc1, dc2 = {"a1", "a2"}, {"b1", "b2"}
+    identified = [r for r in got if r.pusher is not None]
+    assert len(identified) > 0.9 * len(got), "the pushing worker was not found for most requests"
+    assert all(r.pusher in dc1 for r in identified if cluster_of(r) == "default"), "dc2 pushed default's records"
+    before_kill = [r for r in identified if cluster_of(r) == "dc2" and r.at < killed_at]
+    assert before_kill and all(r.pusher in dc2 for r in before_kill), "dc1 pushed dc2's records while dc2 had workers"
+    # The failback handed partitions over gracefully: nothing acknowledged before it came again.
+    acked_before: dict[tuple[str, int, int], float] = {}
+    for r in got:
+        if r.status == 200:
+            acked_before.setdefault(where(r), r.at)
+    again = [r for r in got if r.at > back_at and where(r) in acked_before and acked_before[where(r)] < back_at]
+    assert not again, f"{len(again)} acknowledged records pushed again after the failback, e.g. {where(again[0])}"
+    after = [r for r in got if cluster_of(r) == "dc2" and r.at > back_at + 15 and r.pusher is not None]
+    assert all(r.pusher in dc2 for r in after)
+
+
+def test_a_frozen_cluster_does_not_pause_the_other(zones: Zones, own_broker: embedded.ServiceProcess) -> None:
+    z = zones
+    topic = f"zf-{secrets.token_hex(3)}"
+    start(z, topic)
+    load = Trickle(z.bootstrap["default"], topic, PARTS, rate=100, keys=16).start()
+    frozen = False
+    try:
+        z.endpoint.wait_for(lambda rs: len(rs) > 50, timeout_s=30, what="records flowing")
+        assert own_broker.proc is not None
+        own_broker.kill(signal.SIGSTOP)
+        frozen = True
+        frozen_at = time.time()
+        until(lambda: time.time() > frozen_at + 10, timeout_s=15, what="10 s with dc2's broker frozen")
+        own_broker.kill(signal.SIGCONT)
+        frozen = False
+        thawed_at = time.time()
+    finally:
+        if frozen:
+            own_broker.kill(signal.SIGCONT)
+        confirmed = load.stop()
+    z.endpoint.wait_for(
+        lambda rs: {("default", p, o) for p, o in confirmed} <= {where(r) for r in rs if r.status == 200},
+        timeout_s=60,
+        what="every record of the default cluster acknowledged",
+    )
+    times = sorted(r.at for r in z.endpoint.snapshot() if cluster_of(r) == "default" and frozen_at <= r.at <= thawed_at)
+    gaps = [b - a for a, b in zip([frozen_at, *times], [*times, thawed_at], strict=True)]
+    print(f"zones: with dc2 frozen 10 s, {len(times)} default pushes, longest gap {max(gaps):.2f} s")
+    assert max(gaps) < 1.0, f"the default cluster paused {max(gaps):.2f} s while dc2's broker was frozen"
