@@ -13,7 +13,7 @@ Tables (one row per offset record unless said):
 - ``handoffs``: one row per epoch change of a key: the new epoch/worker, the previous ones, and
   ``uncommitted_acked`` — offsets acknowledged above the watermark at that moment: what a
   restore from the contiguous prefix alone would have pushed again, and Ferry did not.
-- ``final_state``: one row per key: subscription, topic, partition, committed, epoch, worker, ts.
+- ``final_state``: one row per key: cluster, subscription, topic, partition, committed, epoch, worker, ts.
 - ``per_minute``: per subscription and minute, offset records written and offsets acknowledged.
 """
 
@@ -30,8 +30,12 @@ DECODED = (
     "kafka_timestamp long, ts long, committed long, epoch long, worker string, gaps int, acked_span long, "
     "acked_json string, tombstone boolean, error string"
 )
-FINAL = "subscription string, topic string, partition int, committed long, epoch long, worker string, ts long"
-KEY = ["subscription", "topic", "partition"]
+FINAL = (
+    "cluster string, subscription string, topic string, partition int, committed long, epoch long, worker string,"
+    " ts long"
+)
+KEY = ["cluster", "subscription", "topic", "partition"]
+"""A partition's identity: its Kafka cluster too (each cluster has its own offsets topic)."""
 
 
 _DECODED_NAMES = [c.split()[0] for c in DECODED.split(", ")]
@@ -126,13 +130,13 @@ def _fold_partition(batches: Iterable[Any]) -> Iterator[Any]:
 
     from ferry.offsets import OffsetState, fold
 
-    logs: dict[tuple[str, str, int], list[OffsetState | None]] = {}
+    logs: dict[tuple[str, str, str, int], list[OffsetState | None]] = {}
     for b in batches:
         d = b.to_pydict()
         for i in range(b.num_rows):
             if d["subscription"][i] is None:
                 continue
-            k = (d["subscription"][i], d["topic"][i], d["partition"][i])
+            k = (d["cluster"][i], d["subscription"][i], d["topic"][i], d["partition"][i])
             if d["tombstone"][i]:
                 logs.setdefault(k, []).append(None)
             elif d["error"][i] is None:
@@ -141,15 +145,16 @@ def _fold_partition(batches: Iterable[Any]) -> Iterator[Any]:
                     OffsetState(d["committed"][i], acked, d["epoch"][i], d["worker"][i], d["ts"][i])
                 )
     out: dict[str, list[Any]] = {
-        n: [] for n in ("subscription", "topic", "partition", "committed", "epoch", "worker", "ts")
+        n: [] for n in ("cluster", "subscription", "topic", "partition", "committed", "epoch", "worker", "ts")
     }
-    for (sub, topic, part), states in logs.items():
+    for (cluster, sub, topic, part), states in logs.items():
         final = fold(states)
         if final is None:
             continue
-        for n, v in zip(out, (sub, topic, part, final.committed, final.epoch, final.worker, final.ts), strict=True):
+        row = (cluster, sub, topic, part, final.committed, final.epoch, final.worker, final.ts)
+        for n, v in zip(out, row, strict=True):
             out[n].append(v)
-    types = [pa.string(), pa.string(), pa.int32(), pa.int64(), pa.int64(), pa.string(), pa.int64()]
+    types = [pa.string(), pa.string(), pa.string(), pa.int32(), pa.int64(), pa.int64(), pa.string(), pa.int64()]
     yield pa.RecordBatch.from_pydict(out, schema=pa.schema(list(zip(out, types, strict=True))))
 
 

@@ -73,15 +73,20 @@ def run(
     from ferry.replay.source import KafkaSource
 
     spark.dataSource.register(KafkaSource)
-    reader = (
-        spark.read.format("ferry-kafka")
-        .option("bootstrap", settings.kafka.bootstrap)
-        .option("topic", settings.kafka.offsets_topic)
-    )
-    for k, v in settings.kafka.config.items():
-        reader = reader.option(f"kafka.{k}", str(v))
-    raw = reader.load()
-    decoded = analysis.decode(raw).cache()
+    # Every configured Kafka cluster keeps its own partitions' states in its own offsets topic
+    # (docs/zones.md): read them all, each row marked with its cluster.
+    decoded = None
+    for name in settings.kafka.cluster_names():
+        where = settings.kafka.for_cluster(name)
+        reader = (
+            spark.read.format("ferry-kafka").option("bootstrap", where.bootstrap).option("topic", where.offsets_topic)
+        )
+        for k, v in where.config.items():
+            reader = reader.option(f"kafka.{k}", str(v))
+        part = analysis.decode(reader.load()).withColumn("cluster", F.lit(name))
+        decoded = part if decoded is None else decoded.unionByName(part)
+    assert decoded is not None  # cluster_names() always holds "default"
+    decoded = decoded.cache()
     if subscription:
         decoded = decoded.where(F.col("subscription") == subscription)
     final = analysis.final_state(decoded)  # over the whole history: what a worker restores now
@@ -104,7 +109,7 @@ def run(
     per_sub = {
         r["subscription"]: {"records": r["records"], "partitions": r["partitions"]}
         for r in tl.groupBy("subscription")
-        .agg(F.count("*").alias("records"), F.countDistinct("topic", "partition").alias("partitions"))
+        .agg(F.count("*").alias("records"), F.countDistinct("cluster", "topic", "partition").alias("partitions"))
         .collect()
     }
     for r in (
@@ -121,6 +126,7 @@ def run(
             v.setdefault(k, 0)
     summary = {
         "offsets_topic": settings.kafka.offsets_topic,
+        "clusters": list(settings.kafka.cluster_names()),
         "subscription": subscription,
         "since_ms": since_ms,
         "until_ms": until_ms,

@@ -42,7 +42,12 @@ def render(
     if not timeline.empty:
         timeline = timeline.assign(
             time=pd.to_datetime(timeline["ts"], unit="ms"),
-            key=timeline["subscription"] + "/" + timeline["topic"] + "/" + timeline["partition"].astype(str),
+            key=timeline["subscription"]
+            + "/"
+            + timeline["topic"]
+            + "/"
+            + timeline["partition"].astype(str)
+            + timeline["cluster"].map(lambda c: "" if c == "default" else f"@{c}"),
         )
         keys = timeline["key"].value_counts().index[:12]
         fig, ax = plt.subplots(figsize=(10, 4))

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from ferry import config
+from ferry.devstack import embedded
 from ferry.offsets import OffsetState, encode_value
 from ferry.subscription import PartitionRef
 from tests.support.endpoint import EndpointRecorder
@@ -153,3 +154,29 @@ def test_replay_after_a_real_delivery(tmp_path: Path, kafka_bootstrap: str, endp
     committed = offset_states(kafka_bootstrap, offsets_topic)
     assert got == {k: (v.committed, v.epoch) for k, v in committed.items() if v is not None}
     assert sorted(c for c, _ in got.values()) == sorted([667, 667, 666])
+
+
+def test_every_clusters_offsets_topic_is_read(
+    spark: Any, tmp_path: Path, kafka_bootstrap: str, own_broker: embedded.ServiceProcess
+) -> None:
+    """With several Kafka clusters (docs/zones.md), each keeps its partitions' states in its own
+    offsets topic under the same keys: the replay reads them all and keeps them apart."""
+    from ferry.replay.job import run
+
+    topic = f"__offsets-zones-{secrets.token_hex(3)}"
+    dc2 = f"127.0.0.1:{own_broker.port}"
+    write(kafka_bootstrap, topic, [("s1/orders/0", st(5, [], 1, "a1", 0))])
+    write(dc2, topic, [("s1/orders/0", st(3, [], 1, "b1", 0)), ("s1/orders/0", st(9, [], 2, "a1", 5))])
+    settings = config.load(
+        env={
+            "FERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "FERRY_OFFSETS_TOPIC": topic,
+            "FERRY_KAFKA_CLUSTERS": json.dumps({"dc2": {"bootstrap": dc2, "zone": "dc2"}}),
+        }
+    )
+    summary = run(spark, settings, str(tmp_path / "out"))
+    assert summary["clusters"] == ["default", "dc2"] and summary["records"] == 3
+    assert summary["subscriptions"]["s1"]["partitions"] == 2 and summary["handoffs"] == 1
+    final = pd.read_parquet(tmp_path / "out" / "final_state")
+    got = {(r.cluster, r.partition): (r.committed, r.epoch, r.worker) for r in final.itertuples()}
+    assert got == {("default", 0): (5, 1, "a1"), ("dc2", 0): (9, 2, "a1")}
