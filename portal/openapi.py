@@ -300,6 +300,32 @@ DOCUMENT: dict[str, Any] = {
                     "start_from": {"type": "string", "enum": ["earliest", "latest"], "default": "earliest"},
                     "state": {"type": "string", "enum": ["active", "paused"], "default": "active"},
                     "batch": {"$ref": "#/components/schemas/Batch"},
+                    "filter": {
+                        "type": "object",
+                        "nullable": True,
+                        "description": "which records are pushed (docs/filters.md); absent: every record",
+                    },
+                    "delay_ms": {"type": "integer", "minimum": 0, "maximum": 604800000, "default": 0},
+                    "concurrency": {
+                        "type": "object",
+                        "nullable": True,
+                        "additionalProperties": False,
+                        "properties": {
+                            "mode": {"type": "string", "enum": ["fixed", "adaptive"]},
+                            "min": {"type": "integer", "minimum": 1, "maximum": 10000},
+                            "max": {"type": "integer", "minimum": 1, "maximum": 10000},
+                        },
+                    },
+                    "clusters": {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": 32,
+                        "uniqueItems": True,
+                        "items": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,39}$"},
+                        "default": ["default"],
+                        "description": "the Kafka clusters its topics are consumed from (FERRY_KAFKA_CLUSTERS,"
+                        " docs/zones.md); each must be configured",
+                    },
                 },
             },
             "Subscription": {"allOf": [{"$ref": "#/components/schemas/SubscriptionInput"}]},
@@ -319,6 +345,7 @@ DOCUMENT: dict[str, Any] = {
                     for k, t in [
                         ("topic", "string"),
                         ("partition", "integer"),
+                        ("cluster", "string"),
                         ("worker", "string"),
                         ("committed", "integer"),
                         ("high_watermark", "integer"),
@@ -361,6 +388,7 @@ DOCUMENT: dict[str, Any] = {
                     "id": {"type": "string"},
                     "host": {"type": "string", "nullable": True},
                     "since": {"type": "integer", "nullable": True},
+                    "zone": {"type": "string", "description": "FERRY_ZONE of the worker (docs/zones.md)"},
                     "partitions": {"type": "array", "items": {"type": "object"}},
                     "internal_partitions": {"type": "integer", "description": "partitions of Ferry's own work"},
                 },

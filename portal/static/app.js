@@ -90,6 +90,7 @@ async function list() {
 const FIELDS = [
   ["name", "Name", "text", "lowercase letters, digits, . _ -"],
   ["topics", "Topics", "text", "comma-separated Kafka topics"],
+  ["clusters", "Kafka clusters", "text", "comma-separated cluster names (FERRY_KAFKA_CLUSTERS); empty: default"],
   ["endpoint.url", "Endpoint URL", "url", "http(s) URL records are POSTed to"],
   ["endpoint.timeout_ms", "Timeout (ms)", "number", ""],
   ["endpoint.headers", "Endpoint headers", "textarea", "one `Name: value` per line; values are secret and shown as ***"],
@@ -120,7 +121,7 @@ async function edit(name) {
     else if (type === "textarea") input = el("textarea", { id, rows: 2 });
     else input = el("input", { id, type });
     let value = existing ? get(existing, path) : undefined;
-    if (path === "topics" && value) value = value.join(", ");
+    if ((path === "topics" || path === "clusters") && value) value = value.join(", ");
     if (path === "endpoint.headers" && value) value = Object.entries(value).map(([k, v]) => `${k}: ${v}`).join("\n");
     if (value !== undefined && value !== null) input.value = value;
     if (path === "name" && existing) input.readOnly = true;
@@ -142,7 +143,7 @@ async function edit(name) {
       if (path.startsWith("batch.") && !batched) continue;
       let v = inputs[path].value.trim();
       if (v === "" && path !== "endpoint.headers") continue;
-      if (path === "topics") v = v.split(",").map((t) => t.trim()).filter(Boolean);
+      if (path === "topics" || path === "clusters") v = v.split(",").map((t) => t.trim()).filter(Boolean);
       else if (path === "endpoint.headers") {
         const h = {};
         for (const line of v.split("\n")) { const i = line.indexOf(":"); if (i > 0) h[line.slice(0, i).trim()] = line.slice(i + 1).trim(); }
@@ -199,8 +200,10 @@ async function show(name) {
   const dlq = el("div");
   const warnings = el("div");
   const traced = el("div", { id: "trace-result" });
-  const lookup = async (topic, partition, offset) => {
-    const t = await api("GET", `${path}/records/${encodeURIComponent(topic)}/${partition}/${offset}`);
+  const multi = (sub.clusters || []).length > 1 || (sub.clusters && sub.clusters[0] !== "default");
+  const lookup = async (topic, partition, offset, cluster) => {
+    const where = cluster && cluster !== "default" ? `?cluster=${encodeURIComponent(cluster)}` : "";
+    const t = await api("GET", `${path}/records/${encodeURIComponent(topic)}/${partition}/${offset}${where}`);
     traced.replaceChildren(el("table", { class: "trace" }, el("tbody", {}, Object.entries(t).map(([k, v]) =>
       el("tr", {}, el("th", { text: k }), el("td", { class: k === "state" ? "" : "mono" },
         k === "state" ? badge(v) : (v === null ? "—" : (k === "next_attempt_at" ? new Date(v).toLocaleString() : String(v)))))))));
@@ -208,13 +211,15 @@ async function show(name) {
   const topicIn = el("input", { id: "trace-topic", value: sub.topics[0], "aria-label": "Topic" });
   const partIn = el("input", { id: "trace-partition", type: "number", min: "0", value: "0", "aria-label": "Partition" });
   const offIn = el("input", { id: "trace-offset", type: "number", min: "0", placeholder: "offset", "aria-label": "Offset" });
-  const traceForm = el("form", { class: "inline", on: { submit: (e) => { e.preventDefault(); lookup(topicIn.value, partIn.value, offIn.value).catch((err) => toast(err.message)); } } },
-    topicIn, partIn, offIn, el("button", { type: "submit", text: "Find record" }));
+  const clusterIn = el("select", { id: "trace-cluster", "aria-label": "Kafka cluster" }, (sub.clusters || ["default"]).map((c) => el("option", { value: c, text: c })));
+  const traceForm = el("form", { class: "inline", on: { submit: (e) => { e.preventDefault(); lookup(topicIn.value, partIn.value, offIn.value, clusterIn.value).catch((err) => toast(err.message)); } } },
+    ...(multi ? [clusterIn] : []), topicIn, partIn, offIn, el("button", { type: "submit", text: "Find record" }));
   const act = (label, cls, fn) => el("button", { type: "button", class: cls, text: label, on: { click: fn } });
   const refresh = async () => {
     const st = await api("GET", path + "/status");
     state.replaceChildren(badge(st.state));
     body.replaceChildren(...st.partitions.map((p) => el("tr", {},
+      ...(multi ? [el("td", { text: p.cluster })] : []),
       el("td", { text: p.topic }), el("td", { class: "num", text: p.partition }), el("td", { text: p.worker || "—" }),
       ...["committed", "high_watermark", "lag", "stalled_s", "in_flight", "delivered", "retried", "dead_lettered", "filtered"].map((k) => el("td", { class: "num", text: fmt(p[k]) })))));
     warnings.replaceChildren(...(st.warnings || []).map((w) => el("p", { class: "card error", text: w })));
@@ -232,7 +237,7 @@ async function show(name) {
   };
   main.append(
     el("div", { class: "toolbar" }, el("h1", {}, sub.name, " ", state)),
-    el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight` + (sub.batch ? ` · batches of up to ${sub.batch.max_records} records` : "")),
+    el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight` + (multi ? ` · clusters ${sub.clusters.join(", ")}` : "") + (sub.batch ? ` · batches of up to ${sub.batch.max_records} records` : "")),
     el("div", { class: "actions" },
       act("Pause", "", async () => { await api("POST", path + "/pause"); toast("Paused"); refresh(); }),
       act("Resume", "", async () => { await api("POST", path + "/resume"); toast("Resumed"); refresh(); }),
@@ -252,7 +257,7 @@ async function show(name) {
     warnings,
     el("h2", { text: "Lag" }), canvas,
     el("h2", { text: "Partitions" }),
-    el("table", { id: "partitions" }, el("thead", {}, el("tr", {}, el("th", { text: "Topic" }), el("th", { class: "num", text: "Partition" }), el("th", { text: "Worker" }),
+    el("table", { id: "partitions" }, el("thead", {}, el("tr", {}, ...(multi ? [el("th", { text: "Cluster" })] : []), el("th", { text: "Topic" }), el("th", { class: "num", text: "Partition" }), el("th", { text: "Worker" }),
       ["Committed", "High watermark", "Lag", "Held (s)", "In flight", "Delivered", "Retried", "Dead-lettered", "Filtered"].map((h) =>
         el("th", { class: "num", text: h, title: h === "Held (s)" ? "Seconds the committed watermark has not moved while records wait at or above it: one record the endpoint keeps failing holds the partition (0 while it moves)" : "" })))), body),
     el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }),
@@ -271,12 +276,18 @@ async function show(name) {
 // ---- workers -------------------------------------------------------------------------------
 async function workers() {
   const { workers } = await api("GET", "/workers");
-  main.append(el("h1", { text: "Workers" }), workers.length
-    ? el("table", {}, el("thead", {}, el("tr", {}, ["Worker", "Host", "Since", "Partitions"].map((h) => el("th", { text: h })))),
-      el("tbody", {}, workers.map((w) => el("tr", {}, el("td", { class: "mono", text: w.id }), el("td", { text: w.host || "" }),
-        el("td", { text: w.since ? new Date(w.since).toLocaleString() : "" }),
-        el("td", { text: w.partitions.map((p) => `${p.subscription}:${p.topic}/${p.partition}`).join("  ") || "—" })))))
-    : el("p", { class: "card muted", text: "No live workers." }));
+  // Grouped by zone (docs/zones.md): a zone's workers push its Kafka clusters' partitions.
+  const zones = [...new Set(workers.map((w) => w.zone || ""))].sort();
+  const table = (ws) => el("table", { class: "workers" }, el("thead", {}, el("tr", {}, ["Worker", "Host", "Since", "Partitions"].map((h) => el("th", { text: h })))),
+    el("tbody", {}, ws.map((w) => el("tr", {}, el("td", { class: "mono", text: w.id }), el("td", { text: w.host || "" }),
+      el("td", { text: w.since ? new Date(w.since).toLocaleString() : "" }),
+      el("td", { text: w.partitions.map((p) => `${p.subscription}:${p.topic}/${p.partition}` + (p.cluster ? `@${p.cluster}` : "")).join("  ") || "—" })))));
+  main.append(el("h1", { text: "Workers" }), ...(workers.length
+    ? (zones.length === 1 && zones[0] === "" ? [table(workers)] : zones.flatMap((z) => {
+      const ws = workers.filter((w) => (w.zone || "") === z);
+      return [el("h2", { class: "zone", text: `${z ? "Zone " + z : "No zone"} · ${ws.length} worker${ws.length === 1 ? "" : "s"}` }), table(ws)];
+    }))
+    : [el("p", { class: "card muted", text: "No live workers." })]));
   timer = setInterval(() => { if (location.hash === "#/workers") { clear(); workers(); } }, 5000);
 }
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ferry import zkpaths
@@ -26,7 +27,7 @@ from ferry.devstack import embedded
 from tests.chaos.harness import socket_owner
 from tests.support.cluster import Cluster, HealthProcess
 from tests.support.endpoint import EndpointRecorder, Received
-from tests.support.kafka import create_topic
+from tests.support.kafka import create_topic, produce
 from tests.support.load import Trickle
 from tests.support.wait import until
 
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.integration
 
 PARTS = 4
 SESSION_S = 4.0
+ADMIN = "zones-admin"
 
 
 class Zones:
@@ -61,6 +63,17 @@ class Zones:
             stat = self.c.zk.exists(path)
             out[p] = json.loads(self.c.zk.get(path)[0])["worker"] if stat else None
         return out
+
+    def portal(self) -> httpx.Client:
+        """A portal over the same ZooKeeper, database and clusters, and a client of its API."""
+        port = embedded.free_port()
+        env = {**self.c.env, "FERRY_PORTAL_PORT": str(port), "FERRY_ADMIN_TOKEN": ADMIN}
+        proc = embedded.python_module("portal", ["portal"], self.c.tmp / "portal.log", env=env).start()
+        self.c.processes.append(proc)
+        until(lambda: embedded.port_open(port), timeout_s=30, what="the portal listening")
+        return httpx.Client(
+            base_url=f"http://127.0.0.1:{port}/api/v1", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30
+        )
 
     def close(self) -> None:
         self.c.close()
@@ -106,12 +119,19 @@ def start(z: Zones, topic: str) -> None:
         z.worker(name, zone)
     for w in z.workers.values():
         w.wait_ready(60)
-    for cluster, zone_workers in (("default", {"a1", "a2"}), ("dc2", {"b1", "b2"})):
-        until(
-            lambda c=cluster, ws=zone_workers: set(z.owners("zones", topic, c).values()) == ws,  # type: ignore[misc]
-            timeout_s=40,
-            what=f"{cluster}'s partitions owned by its zone's workers, balanced",
-        )
+    seen: dict[str, dict[int, str | None]] = {}
+
+    def settled() -> bool:
+        for cluster, zone_workers in (("default", {"a1", "a2"}), ("dc2", {"b1", "b2"})):
+            seen[cluster] = z.owners("zones", topic, cluster)
+            if set(seen[cluster].values()) != zone_workers:
+                return False
+        return True
+
+    try:
+        until(settled, timeout_s=40, what="each cluster's partitions owned by its zone's workers")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; owners seen last: {seen}, assignment: {z.c.assignment()}") from None
 
 
 def test_one_subscription_over_two_clusters_failover_and_failback(zones: Zones) -> None:
@@ -218,3 +238,36 @@ def test_a_frozen_cluster_does_not_pause_the_other(zones: Zones, own_broker: emb
     gaps = [b - a for a, b in zip([frozen_at, *times], [*times, thawed_at], strict=True)]
     print(f"zones: with dc2 frozen 10 s, {len(times)} default pushes, longest gap {max(gaps):.2f} s")
     assert max(gaps) < 1.0, f"the default cluster paused {max(gaps):.2f} s while dc2's broker was frozen"
+
+
+def test_the_portal_shows_zones_and_clusters(zones: Zones) -> None:
+    z = zones
+    topic = f"zp-{secrets.token_hex(3)}"
+    start(z, topic)
+    for name, bootstrap in z.bootstrap.items():
+        produce(bootstrap, topic, [(f"{name}{i}".encode(), b"x", i % PARTS) for i in range(8)])
+    z.endpoint.wait_for(lambda rs: len({where(r) for r in rs if r.status == 200}) >= 16, timeout_s=30, what="16 acks")
+    with z.portal() as api:
+        workers = api.get("/workers").json()["workers"]
+        assert {w["id"]: w["zone"] for w in workers} == {"a1": "dc1", "a2": "dc1", "b1": "dc2", "b2": "dc2"}
+        dc2_parts = [p for w in workers for p in w["partitions"] if p.get("cluster") == "dc2"]
+        assert len(dc2_parts) == PARTS and all(p["topic"] == topic for p in dc2_parts)
+
+        def settled() -> list[dict] | None:  # type: ignore[type-arg]
+            rows = api.get("/subscriptions/zones/status").json()["partitions"]
+            return rows if sum(r["committed"] or 0 for r in rows) == 16 else None
+
+        rows = until(settled, timeout_s=20, what="both clusters' partitions committed in the status")
+        assert sorted((r["cluster"], r["partition"]) for r in rows) == sorted(
+            (c, p) for c in ("default", "dc2") for p in range(PARTS)
+        )
+        assert all(r["worker"] in ({"a1", "a2"} if r["cluster"] == "default" else {"b1", "b2"}) for r in rows)
+        traced = api.get(f"/subscriptions/zones/records/{topic}/0/0", params={"cluster": "dc2"}).json()
+        assert traced["cluster"] == "dc2" and traced["state"] == "delivered"
+        assert api.get(f"/subscriptions/zones/records/{topic}/0/0").json()["cluster"] == "default"
+        unknown = api.get(f"/subscriptions/zones/records/{topic}/0/0", params={"cluster": "dc9"})
+        assert unknown.status_code == 404 and unknown.json()["field"] == "cluster"
+        bad = {"name": "bad", "topics": [topic], "endpoint": {"url": z.endpoint.url}, "clusters": ["default", "dc3"]}
+        refused = api.post("/subscriptions", json=bad)
+        assert refused.status_code == 400 and refused.json()["field"] == "clusters[1]"
+        assert "FERRY_KAFKA_CLUSTERS" in refused.json()["error"]
