@@ -20,7 +20,7 @@ from ferry import db, log
 from ferry.errors import ConfigError
 from ferry.offsets import OffsetState
 from ferry.portal.api_subscriptions import announce, load, set_state
-from ferry.portal.cluster import ClusterBusy
+from ferry.portal.cluster import ClusterBusy, redrive_mark
 from ferry.portal.http import CLUSTER, ENGINE, ApiError, actor, read_json
 from ferry.portal.trace_op import trace_record
 from ferry.subscription import DEFAULT_CLUSTER, PartitionRef, Subscription
@@ -220,15 +220,25 @@ def _dead_letter(m: Any) -> dict[str, Any]:
     }
 
 
+def _kafka_cluster(request: web.Request, sub: Subscription, chosen: Any) -> str:
+    """The Kafka cluster a dead-letter request is about (``default`` unless given): one the
+    subscription reads, since its dead letters are in each record's own cluster."""
+    name = DEFAULT_CLUSTER if chosen is None else chosen
+    if not isinstance(name, str) or (name not in sub.clusters and name != DEFAULT_CLUSTER):
+        raise ApiError(404, f"subscription {sub.name!r} does not read Kafka cluster {name!r}", "cluster")
+    return name
+
+
 async def dead_letters(request: web.Request) -> web.Response:
     limit = _limit(request, 100)
     sub = await asyncio.to_thread(_subscription, request)
     cluster = request.app[CLUSTER]
+    kc = _kafka_cluster(request, sub, request.query.get("cluster"))
 
     def read() -> list[dict[str, Any]]:
-        records = cluster.last_records(sub.dead_letter_topic, limit)
+        records = cluster.kafka_view(kc).last_records(sub.dead_letter_topic, limit)
         done = cluster.redriven(sub) if records else set()
-        return [{**_dead_letter(m), "redriven": f"{m.partition()}/{m.offset()}" in done} for m in records]
+        return [{**_dead_letter(m), "redriven": redrive_mark(m, kc) in done} for m in records]
 
     return web.json_response({"dead_letters": await asyncio.to_thread(read)})
 
@@ -240,9 +250,10 @@ async def replay(request: web.Request) -> web.Response:
         raise ApiError(400, f"must be an integer between 1 and {MAX_DEAD_LETTERS}", "limit")
     sub = await asyncio.to_thread(_subscription, request)
     cluster = request.app[CLUSTER]
+    kc = _kafka_cluster(request, sub, body.get("cluster") if isinstance(body, dict) else None)
 
     def run() -> tuple[int, int]:
-        return cluster.redrive(sub, cluster.last_records(sub.dead_letter_topic, limit))
+        return cluster.redrive(sub, cluster.kafka_view(kc).last_records(sub.dead_letter_topic, limit), kc)
 
     n, skipped = await asyncio.to_thread(run)
 

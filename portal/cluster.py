@@ -37,6 +37,13 @@ REDRIVE_MEMORY = 10_000
 """Redriven dead letters remembered per retry-topic partition (older ones could be redriven again)."""
 
 
+def redrive_mark(m: Message, kafka_cluster: str = DEFAULT_CLUSTER) -> str:
+    """How a redriven copy names its dead letter (``ferry-redriven-from``): ``<partition>/<offset>``
+    in the dead-letter topic, prefixed ``<cluster>:`` for a cluster other than ``default``."""
+    where = f"{m.partition()}/{m.offset()}"
+    return where if kafka_cluster == DEFAULT_CLUSTER else f"{kafka_cluster}:{where}"
+
+
 class ClusterBusy(FerryError):
     """The cluster did not reach the state an operation waits for (e.g. owners releasing)."""
 
@@ -320,16 +327,19 @@ class Cluster:
                     done.add(value.decode() if isinstance(value, bytes) else str(value))
         return done
 
-    def redrive(self, sub: Subscription, records: list[Message]) -> tuple[int, int]:
+    def redrive(
+        self, sub: Subscription, records: list[Message], source_cluster: str = DEFAULT_CLUSTER
+    ) -> tuple[int, int]:
         """Produce dead letters to the subscription's own retry topic (never to a shared source
-        topic), each once: (redriven now, skipped because redriven before)."""
+        topic), each once: (redriven now, skipped because redriven before). The retry topic is in
+        this (the default) cluster, whichever cluster the dead letters were read from."""
         counts = kafka.partition_counts(self.cfg, [sub.dead_letter_topic])
         kafka.ensure_topic(self.cfg, sub.retry_topic, max(1, counts.get(sub.dead_letter_topic, 1)))
         before = self.redriven(sub)
         p = kafka.producer({**self.cfg, "enable.idempotence": True}, "portal")
         sent = 0
         for m in records:
-            where = f"{m.partition()}/{m.offset()}"
+            where = redrive_mark(m, source_cluster)
             if where in before:
                 continue
             headers = [*cast(list[Any], m.headers() or []), ("ferry-redriven-from", where.encode())]

@@ -26,7 +26,7 @@ from ferry import zkpaths
 from ferry.devstack import embedded
 from tests.chaos.harness import socket_owner
 from tests.support.cluster import Cluster, HealthProcess
-from tests.support.endpoint import EndpointRecorder, Received
+from tests.support.endpoint import EndpointRecorder, Received, Reply
 from tests.support.kafka import create_topic, produce
 from tests.support.load import Trickle
 from tests.support.wait import until
@@ -243,9 +243,11 @@ def test_a_frozen_cluster_does_not_pause_the_other(zones: Zones, own_broker: emb
 def test_the_portal_shows_zones_and_clusters(zones: Zones) -> None:
     z = zones
     topic = f"zp-{secrets.token_hex(3)}"
+    z.endpoint.script = lambda r: Reply(400) if r.key == "poison" else Reply(200)
     start(z, topic)
     for name, bootstrap in z.bootstrap.items():
         produce(bootstrap, topic, [(f"{name}{i}".encode(), b"x", i % PARTS) for i in range(8)])
+    produce(z.bootstrap["dc2"], topic, [(b"poison", b"bad", 1)])  # 400: a dead letter, in dc2
     z.endpoint.wait_for(lambda rs: len({where(r) for r in rs if r.status == 200}) >= 16, timeout_s=30, what="16 acks")
     with z.portal() as api:
         workers = api.get("/workers").json()["workers"]
@@ -255,7 +257,7 @@ def test_the_portal_shows_zones_and_clusters(zones: Zones) -> None:
 
         def settled() -> list[dict] | None:  # type: ignore[type-arg]
             rows = api.get("/subscriptions/zones/status").json()["partitions"]
-            return rows if sum(r["committed"] or 0 for r in rows) == 16 else None
+            return rows if sum(r["committed"] or 0 for r in rows) == 17 else None
 
         rows = until(settled, timeout_s=20, what="both clusters' partitions committed in the status")
         assert sorted((r["cluster"], r["partition"]) for r in rows) == sorted(
@@ -267,6 +269,21 @@ def test_the_portal_shows_zones_and_clusters(zones: Zones) -> None:
         assert api.get(f"/subscriptions/zones/records/{topic}/0/0").json()["cluster"] == "default"
         unknown = api.get(f"/subscriptions/zones/records/{topic}/0/0", params={"cluster": "dc9"})
         assert unknown.status_code == 404 and unknown.json()["field"] == "cluster"
+        # The dead letter is in dc2's dead-letter topic, not in default's; redriven once.
+        until(
+            lambda: api.get("/subscriptions/zones/dead-letters", params={"cluster": "dc2"}).json()["dead_letters"],
+            timeout_s=20,
+            what="dc2's dead letter listed",
+        )
+        listed = api.get("/subscriptions/zones/dead-letters", params={"cluster": "dc2"}).json()["dead_letters"]
+        assert [(d["key"], d["source_partition"], d["redriven"]) for d in listed] == [("poison", 1, False)]
+        assert api.get("/subscriptions/zones/dead-letters").json()["dead_letters"] == []
+        assert api.post("/subscriptions/zones/dead-letters/replay", json={"cluster": "dc2"}).json()["replayed"] == 1
+        again = api.post("/subscriptions/zones/dead-letters/replay", json={"cluster": "dc2"}).json()
+        assert (again["replayed"], again["already_redriven"]) == (0, 1)
+        z.endpoint.wait_for(
+            lambda rs: sum(1 for r in rs if r.key == "poison") >= 2, timeout_s=30, what="the redriven record pushed"
+        )
         bad = {"name": "bad", "topics": [topic], "endpoint": {"url": z.endpoint.url}, "clusters": ["default", "dc3"]}
         refused = api.post("/subscriptions", json=bad)
         assert refused.status_code == 400 and refused.json()["field"] == "clusters[1]"
