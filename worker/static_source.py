@@ -4,11 +4,11 @@ For running a worker without ZooKeeper (tests, a single-node setup, debugging an
 The file is JSON::
 
     {"subscriptions": [<subscription document>, ...],
-     "partitions": [{"subscription": "s", "topic": "t", "partition": 0}, ...]}
+     "partitions": [{"subscription": "s", "topic": "t", "partition": 0, "cluster"?: "dc2"}, ...]}
 
 ``partitions`` is optional: without it the worker owns every partition of every topic of every
-active subscription. No fencing: two workers given the same file would both push; use the
-coordinator for anything with more than one worker.
+active subscription, in every Kafka cluster the subscription lists. No fencing: two workers
+given the same file would both push; use the coordinator for anything with more than one worker.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def load(path: str) -> tuple[dict[str, Subscription], list[PartitionRef] | None]
     refs: list[PartitionRef] = []
     for i, p in enumerate(parts):
         try:
-            ref = PartitionRef(str(p["subscription"]), str(p["topic"]), int(p["partition"]))
-        except (KeyError, TypeError, ValueError):
+            ref = PartitionRef.from_entry(p)
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise ConfigError("--assignment", f"{path}: partitions.{i} needs subscription, topic, partition") from None
         if ref.subscription not in subs:
             raise ConfigError("--assignment", f"{path}: partitions.{i} names unknown subscription {ref.subscription!r}")
@@ -60,18 +60,18 @@ def load(path: str) -> tuple[dict[str, Subscription], list[PartitionRef] | None]
 async def run(engine: Engine, path: str, stop: asyncio.Event) -> None:
     subs, refs = load(path)
     if refs is None:
-        topics = {t for s in subs.values() for t in s.topics}
-        counts = await asyncio.to_thread(kafka.partition_counts, engine.settings.kafka.client_config(), topics)
-        refs = [
-            PartitionRef(s.name, t, p)
-            for s in subs.values()
-            if s.state == "active"
-            for t in s.topics
-            for p in range(counts.get(t, 0))
-        ]
-        missing = sorted(topics - counts.keys())
-        if missing:
-            _log.warning("assignment.missing_topics", topics=missing)
+        refs = []
+        for cluster in sorted({c for s in subs.values() for c in s.clusters}):
+            kafka_settings = engine.settings.kafka.for_cluster(cluster)
+            active = [s for s in subs.values() if s.state == "active" and cluster in s.clusters]
+            topics = {t for s in active for t in s.topics}
+            counts = await asyncio.to_thread(kafka.partition_counts, kafka_settings.client_config(), topics)
+            refs.extend(
+                PartitionRef(s.name, t, p, cluster) for s in active for t in s.topics for p in range(counts.get(t, 0))
+            )
+            missing = sorted(topics - counts.keys())
+            if missing:
+                _log.warning("assignment.missing_topics", cluster=cluster, topics=missing)
     await asyncio.gather(*(engine.acquire(ref, subs[ref.subscription], None) for ref in refs))
     _log.info("assignment.loaded", path=path, partitions=len(refs))
     await stop.wait()
