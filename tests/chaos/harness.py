@@ -125,17 +125,19 @@ class ChaosStack:
 class OwnerWatch:
     """The ownership timeline of a topic's partitions for one subscription, from ZooKeeper watches."""
 
-    def __init__(self, cluster: Cluster, sub: str, topic: str, partitions: int) -> None:
+    def __init__(self, cluster: Cluster, sub: str, topic: str, partitions: int, kafka_cluster: str = "default") -> None:
         self._lock = threading.Lock()
         self._open: dict[int, tuple[str, float, int]] = {}  # partition → (worker, start, czxid)
         self._epochs: dict[int, tuple[int, float]] = {}  # partition → (last epoch seen, when)
         self.closed: list[Owned] = []
         self._stopped = False
+        self.kafka_cluster = kafka_cluster
         self.add(cluster, sub, topic, range(partitions))
 
     def add(self, cluster: Cluster, sub: str, topic: str, partitions: Iterable[int]) -> None:
         for p in partitions:
-            cluster.zk.DataWatch(zkpaths.owner(cluster.name, sub, topic, p), self._changed(p))
+            path = zkpaths.owner(cluster.name, sub, topic, p, self.kafka_cluster)
+            cluster.zk.DataWatch(path, self._changed(p))
 
     def _changed(self, partition: int) -> Any:
         def fn(data: bytes | None, stat: Any, *_: Any) -> bool:
