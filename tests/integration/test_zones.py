@@ -180,6 +180,18 @@ def test_one_subscription_over_two_clusters_failover_and_failback(zones: Zones) 
             what="dc2's partitions back on dc2's workers",
         )
         until(lambda: time.time() > back_at + 3, timeout_s=30, what="3 s of load after the failback")
+        # dc1's workers opened dc2's clients for the failover and closed them once they owned none.
+        logs = [z.workers[n].log_path for n in ("a1", "a2")]
+        assert any('kafka_cluster.opened cluster="dc2"' in p.read_text() for p in logs)
+        until(
+            lambda: all(
+                p.read_text().count('kafka_cluster.opened cluster="dc2"')
+                == p.read_text().count('kafka_cluster.closed cluster="dc2"')
+                for p in logs
+            ),
+            timeout_s=20,
+            what="dc1's workers closing dc2's clients",
+        )
     finally:
         confirmed = {c: load.stop() for c, load in loads.items()}
 
