@@ -41,6 +41,7 @@ def add_parsers(sub: Any) -> None:
     dl.add_argument("action", choices=["list", "redrive"])
     dl.add_argument("name")
     dl.add_argument("--limit", type=int, default=100)
+    dl.add_argument("--cluster", help="the Kafka cluster whose dead-letter topic to read (default: default)")
     _output(dl)
 
     produce = sub.add_parser("produce", help="write lines from stdin to a topic through the gateway")
@@ -52,6 +53,7 @@ def add_parsers(sub: Any) -> None:
     trace = sub.add_parser("trace", help="where is a record: TOPIC/PARTITION/OFFSET of a subscription")
     trace.add_argument("record", help="TOPIC/PARTITION/OFFSET")
     trace.add_argument("--subscription", "-s", required=True)
+    trace.add_argument("--cluster", help="the Kafka cluster the record is in (default: default)")
     _output(trace)
 
 
@@ -166,11 +168,14 @@ def apply(c: Client, args: argparse.Namespace) -> int:
 def dead_letters(c: Client, args: argparse.Namespace) -> int:
     base = f"/api/v1/subscriptions/{args.name}/dead-letters"
     if args.action == "list":
-        doc = c.call("GET", base, limit=args.limit)
+        doc = c.call("GET", base, limit=args.limit, cluster=args.cluster)
         cols = ["source_topic", "source_partition", "source_offset", "attempts", "error", "key"]
         print(render(doc, args.output, cols, doc["dead_letters"]))
     else:
-        doc = c.call("POST", base + "/replay", body={"limit": args.limit})
+        body: dict[str, Any] = {"limit": args.limit}
+        if args.cluster:
+            body["cluster"] = args.cluster
+        doc = c.call("POST", base + "/replay", body=body)
         print(render(doc, args.output) if args.output != "table" else f"redriven: {doc.get('replayed')}")
     return EXIT_OK
 
@@ -215,7 +220,8 @@ def trace(c: Client, args: argparse.Namespace) -> int:
     if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
         raise ValidationError("record", "give TOPIC/PARTITION/OFFSET, e.g. orders/3/4711")
     topic, partition, offset = parts
-    doc = c.call("GET", f"/api/v1/subscriptions/{args.subscription}/records/{topic}/{partition}/{offset}")
+    path = f"/api/v1/subscriptions/{args.subscription}/records/{topic}/{partition}/{offset}"
+    doc = c.call("GET", path, cluster=args.cluster)
     if args.output == "table":
         print(table(["field", "value"], [{"field": k, "value": v} for k, v in doc.items()]))
     else:

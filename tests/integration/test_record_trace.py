@@ -81,7 +81,9 @@ def test_every_state_of_the_trace(tmp_path: Path, endpoint: EndpointRecorder) ->
             "last_error",
             "worker",
             "next_attempt_at",
+            "cluster",  # docs/contract.md §13: the Kafka cluster, "default" here
         }
+        assert trace("tr", 0)["cluster"] == "default"
         assert api.get(f"/api/v1/subscriptions/tr/records/{topic}/7/0").status_code == 404
         assert api.get("/api/v1/subscriptions/tr/records/other/0/0").status_code == 404
         assert api.get(f"/api/v1/subscriptions/tr/records/{topic}/0/x").status_code == 400
