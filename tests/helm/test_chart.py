@@ -30,6 +30,23 @@ ALL_ON = {
     "networkPolicy": {"enabled": True},
     "replay": {"enabled": True, "persistentVolumeClaim": "ferry-reports"},
 }
+ZONES: dict[str, Any] = {
+    **REQUIRED,
+    "kafka": {
+        "bootstrap": "kafka.dc1:9092",
+        "defaultZone": "dc1",
+        "clusters": {
+            "dc2": {"bootstrap": "kafka.dc2:9092", "zone": "dc2", "config": {"sasl.password": "dc2-secret-x"}}
+        },
+    },
+    "worker": {
+        "zones": [
+            {"name": "dc1", "replicas": 3},
+            {"name": "dc2", "replicas": 2, "nodeSelector": {"site": "frankfurt"}},
+        ]
+    },
+}
+ZONES_SCALED = {**ZONES, "worker": {**ZONES["worker"], "autoscaling": {"enabled": True}}}  # one HPA per zone
 KUBE_VERSIONS = ["1.30.0", "1.37.0"]
 SECRETS = ["db-password-x", "sasl-secret-x", "admin-token-x"]
 
@@ -58,14 +75,14 @@ def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
     return dict(spec["template"]["spec"])
 
 
-@pytest.mark.parametrize("values", [REQUIRED, ALL_ON], ids=["defaults", "all-options"])
+@pytest.mark.parametrize("values", [REQUIRED, ALL_ON, ZONES_SCALED], ids=["defaults", "all-options", "zones"])
 def test_lint_strict(values: dict[str, Any]) -> None:
     report = helm.lint(str(CHART), values, strict=True)
     assert not report["errors"], report
     assert not [m for m in report["messages"] if m["severity"] >= 2], report
 
 
-@pytest.mark.parametrize("values", [REQUIRED, ALL_ON], ids=["defaults", "all-options"])
+@pytest.mark.parametrize("values", [REQUIRED, ALL_ON, ZONES_SCALED], ids=["defaults", "all-options", "zones"])
 @pytest.mark.parametrize("kube", KUBE_VERSIONS)
 def test_manifests_validate_strictly(values: dict[str, Any], kube: str) -> None:
     docs = render(values)
@@ -138,7 +155,10 @@ def test_what_matters() -> None:
     assert containers(gateway)[0]["args"] == ["gateway"] and "replicas" not in gateway["spec"]
     assert pod_spec(gateway)["terminationGracePeriodSeconds"] * 1000 > 15000  # past the produce timeout
     assert containers(gateway)[0]["lifecycle"]["preStop"]["sleep"]["seconds"] > 0
-    assert by[("Service", "ferry-gateway")]["spec"]["selector"].items() <= gateway["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        by[("Service", "ferry-gateway")]["spec"]["selector"].items()
+        <= gateway["spec"]["template"]["metadata"]["labels"].items()
+    )
     assert by[("ConfigMap", "ferry")]["data"]["FERRY_GATEWAY_PORT"] == "8081"
     svc = by[("Service", "ferry-portal")]
     assert (
@@ -221,3 +241,66 @@ def test_every_variable_the_chart_sets_is_a_setting() -> None:
     unknown = sorted(v for v in seen if v.startswith("FERRY_") and v not in known)
     assert not unknown, f"the chart sets variables no service reads: {unknown}"
     assert {"FERRY_GATEWAY_PORT", "FERRY_ZK_CONNECT", "FERRY_DB_URL"} <= seen
+
+
+def env_of(doc: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e for c in containers(doc) for e in c.get("env", [])}
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+def test_one_worker_deployment_per_zone(kube: str) -> None:
+    docs = render(ZONES)
+    for doc in docs:
+        kubernetes_validate.validate(doc, kube, strict=True)
+    workers = {
+        d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment" and "worker" in d["metadata"]["name"]
+    }
+    assert set(workers) == {"ferry-worker-dc1", "ferry-worker-dc2"}
+    dc1, dc2 = workers["ferry-worker-dc1"], workers["ferry-worker-dc2"]
+    assert (dc1["spec"]["replicas"], dc2["spec"]["replicas"]) == (3, 2)
+    assert env_of(dc1)["FERRY_ZONE"]["value"] == "dc1" and env_of(dc2)["FERRY_ZONE"]["value"] == "dc2"
+    # dc1: the zone's nodes by their zone label; dc2: its own nodeSelector instead.
+    term = pod_spec(dc1)["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["dc1"]}
+    ]
+    assert pod_spec(dc2)["nodeSelector"] == {"site": "frankfurt"} and "affinity" not in pod_spec(dc2)
+    for d, zone in ((dc1, "dc1"), (dc2, "dc2")):
+        selector = d["spec"]["selector"]["matchLabels"]
+        assert selector["ferry.dev/zone"] == zone == d["spec"]["template"]["metadata"]["labels"]["ferry.dev/zone"]
+        spread = pod_spec(d)["topologySpreadConstraints"][0]
+        assert spread["topologyKey"] == "kubernetes.io/hostname" and spread["labelSelector"]["matchLabels"] == selector
+    budgets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "PodDisruptionBudget"}
+    assert {"ferry-worker-dc1", "ferry-worker-dc2"} <= set(budgets) and "ferry-worker" not in budgets
+    assert budgets["ferry-worker-dc2"]["spec"]["selector"]["matchLabels"]["ferry.dev/zone"] == "dc2"
+    # Every component knows the clusters; their settings come from the Secret, never in plain text.
+    config = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert config["data"]["FERRY_DEFAULT_KAFKA_ZONE"] == "dc1"
+    secret = next(d for d in docs if d["kind"] == "Secret")
+    assert yaml.safe_load(secret["stringData"]["kafka-clusters"]) == ZONES["kafka"]["clusters"]
+    for d in docs:
+        if d["kind"] in ("Deployment", "Job", "CronJob") and "FERRY_KAFKA_CONFIG" in env_of(d):
+            assert env_of(d)["FERRY_KAFKA_CLUSTERS"]["valueFrom"]["secretKeyRef"]["key"] == "kafka-clusters"
+            assert "dc2-secret-x" not in yaml.safe_dump(d)
+
+
+def test_without_zones_one_worker_deployment_as_before() -> None:
+    docs = render(REQUIRED)
+    workers = [d for d in docs if d["kind"] == "Deployment" and "worker" in d["metadata"]["name"]]
+    assert [d["metadata"]["name"] for d in workers] == ["ferry-worker"]
+    assert "FERRY_ZONE" not in env_of(workers[0])
+    assert "ferry.dev/zone" not in workers[0]["spec"]["selector"]["matchLabels"]
+    assert [
+        d["metadata"]["name"] for d in docs if d["kind"] == "PodDisruptionBudget" and "worker" in d["metadata"]["name"]
+    ] == ["ferry-worker"]
+
+
+@pytest.mark.parametrize("name", ["DC1", "dc_1", "-dc", "a" * 41])
+def test_a_bad_zone_name_is_refused(name: str) -> None:
+    chart = helm.Chart.load(str(CHART))
+    values: dict[str, Any] = copy.deepcopy(REQUIRED)
+    values["worker"] = {"zones": [{"name": name}]}
+    with pytest.raises(helm.HelmError):
+        chart.validate_schema(values)
+    with pytest.raises(helm.HelmError):
+        chart.render(values, name="ferry", namespace="ferry")

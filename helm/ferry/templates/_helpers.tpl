@@ -58,6 +58,11 @@ app.kubernetes.io/component: {{ .component }}
     secretKeyRef:
       name: {{ include "ferry.secretName" . }}
       key: kafka-config
+- name: FERRY_KAFKA_CLUSTERS
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "ferry.secretName" . }}
+      key: kafka-clusters
 {{- end -}}
 
 {{- define "ferry.podAnnotations" -}}
@@ -74,14 +79,7 @@ prometheus.io/path: /metrics
 {{- end -}}
 
 {{- define "ferry.podCommon" -}}
-serviceAccountName: {{ include "ferry.serviceAccountName" . }}
-automountServiceAccountToken: false
-securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
-{{- with .Values.imagePullSecrets }}
-imagePullSecrets:
-  {{- toYaml . | nindent 2 }}
-{{- end }}
+{{ include "ferry.podBase" . }}
 {{- with .Values.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
@@ -94,4 +92,29 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- end -}}
+
+
+{{/* The pod settings every component shares, without where it is scheduled. */}}
+{{- define "ferry.podBase" -}}
+serviceAccountName: {{ include "ferry.serviceAccountName" . }}
+automountServiceAccountToken: false
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* The worker zones to render: worker.zones, or one unnamed zone (a single Deployment, as
+without zones). Each zone name is checked here, with what to change. */}}
+{{- define "ferry.workerZones" -}}
+{{- $zones := .Values.worker.zones | default (list (dict "name" "")) -}}
+{{- range $zones }}
+{{- if and .name (or (gt (len .name) 40) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .name))) }}
+{{- fail (printf "worker.zones: zone name %q must be a DNS label of at most 40 characters (lowercase letters, digits, '-'): it names the zone's Deployment and is FERRY_ZONE" .name) }}
+{{- end }}
+{{- end }}
+{{- toJson $zones -}}
 {{- end -}}
