@@ -41,6 +41,18 @@ class TxnLogError(FerryError):
     """The transaction log could not be written or read (Kafka unavailable, deadline passed)."""
 
 
+class TxnTooLarge(TxnLogError):
+    """The brokers refused an entry as larger than they take (``message.max.bytes``): not a
+    passing failure, so retrying the same request cannot succeed."""
+
+    def __init__(self, topic: str, size: int) -> None:
+        super().__init__(
+            f"the transaction takes {size:,} bytes in the transaction log {topic!r}, more than the brokers"
+            " take in one record (message.max.bytes, 1 MB by default): prepare fewer or smaller records"
+        )
+        self.size = size
+
+
 @dataclass(frozen=True, slots=True)
 class TxnId:
     partition: int
@@ -137,7 +149,11 @@ class TxnLog:
         value = encode({**entry, "ts": entry.get("ts", int(time.time() * 1000))})
         try:
             self.producer.produce(self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
-        except (BufferError, KafkaException) as exc:
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                raise TxnTooLarge(self.topic, len(value)) from None
+            raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {exc}") from None
+        except BufferError as exc:
             raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {exc}") from None
         deadline = time.monotonic() + self.timeout_s
         while not done.is_set():
@@ -145,6 +161,8 @@ class TxnLog:
                 raise TxnLogError(f"the transaction log {self.topic!r} did not acknowledge within {self.timeout_s:g} s")
             self.producer.poll(0.05)
         if result["err"] is not None:
+            if result["err"].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                raise TxnTooLarge(self.topic, len(value))
             raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {result['err'].str()}")
         return int(result["offset"])
 

@@ -30,7 +30,7 @@ from ferry.gateway.producer import Busy, Producer
 from ferry.gateway.tokens import Principal, TokenCache, TokensUnavailable
 from ferry.gateway.topics import TopicCache
 from ferry.gateway.transactions import Transactions
-from ferry.txnlog import TxnLogError
+from ferry.txnlog import TxnLogError, TxnTooLarge
 
 _log = log.get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -281,6 +281,8 @@ async def txn_prepare(request: web.Request) -> web.Response:
         answer = await _txns(request).prepare(stored, doc.get("check_url"), doc.get("timeout_ms"))
     except ValidationError as exc:
         raise ApiError(400, exc.message, exc.field) from None
+    except TxnTooLarge as exc:
+        raise ApiError(413, str(exc), "records") from None
     except TxnLogError as exc:
         raise ApiError(503, f"the transaction log cannot be reached now: {exc}", retry_after_s=2) from None
     return _json(201, answer)
