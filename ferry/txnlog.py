@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+import queue
 import re
 import secrets
 import threading
@@ -26,13 +27,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from ferry import kafka, txn
 from ferry.errors import FerryError
 
 DEFAULT_TOPIC = "__ferry_txn"
 PARTITIONS = 9
+READERS = 8
+"""Readers of one :class:`TxnLog` (each a consumer): reads of different transactions run in parallel."""
 RETENTION_MS = 7 * 24 * 3600 * 1000  # far beyond the longest life of a transaction (timeout + checks)
 _ID = re.compile(r"^(\d{1,6})\.(\d{1,19})\.([0-9a-f]{16})$")
 
@@ -107,9 +110,20 @@ class TxnLog:
         self.producer = kafka.producer(
             {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": 2}, "txn-log"
         )
-        self._reader = kafka.reader(self._config, "txn-reader")
-        self._read_lock = threading.Lock()
+        # Deliveries are served by one poll thread; a writer waits on its own event, so concurrent
+        # writes share the producer's batches instead of taking turns polling it.
+        self._running = True
+        self._poller = threading.Thread(target=self._poll, name="ferry-txn-log-poll", daemon=True)
+        self._poller.start()
+        # Reads run in parallel, each on a reader of its own (at most READERS, made when needed).
+        self._readers: queue.SimpleQueue[Consumer] = queue.SimpleQueue()
+        self._made = threading.Semaphore(READERS)
+        self._all_readers: list[Consumer] = []
         self._partitions: int | None = None
+
+    def _poll(self) -> None:
+        while self._running:
+            self.producer.poll(0.05)
 
     def ensure(self) -> int:
         """Create the log topic unless it exists; returns its partition count."""
@@ -122,7 +136,10 @@ class TxnLog:
 
     def close(self) -> None:
         self.producer.flush(self.timeout_s)
-        self._reader.close()
+        self._running = False
+        self._poller.join(1.0)
+        for reader in self._all_readers:
+            reader.close()
 
     # --- writing ----------------------------------------------------------------------------
 
@@ -155,11 +172,8 @@ class TxnLog:
             raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {exc}") from None
         except BufferError as exc:
             raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {exc}") from None
-        deadline = time.monotonic() + self.timeout_s
-        while not done.is_set():
-            if time.monotonic() > deadline:
-                raise TxnLogError(f"the transaction log {self.topic!r} did not acknowledge within {self.timeout_s:g} s")
-            self.producer.poll(0.05)
+        if not done.wait(self.timeout_s):
+            raise TxnLogError(f"the transaction log {self.topic!r} did not acknowledge within {self.timeout_s:g} s")
         if result["err"] is not None:
             if result["err"].code() == KafkaError.MSG_SIZE_TOO_LARGE:
                 raise TxnTooLarge(self.topic, len(value))
@@ -168,28 +182,51 @@ class TxnLog:
 
     # --- reading ----------------------------------------------------------------------------
 
+    def _reader(self) -> Consumer:
+        """A free reader: an idle one, else a new one while fewer than READERS exist, else the
+        next one given back."""
+        try:
+            return self._readers.get_nowait()
+        except queue.Empty:
+            pass
+        if self._made.acquire(blocking=False):
+            reader = kafka.reader(self._config, "txn-reader")
+            self._all_readers.append(reader)
+            return reader
+        return self._readers.get(timeout=self.timeout_s)
+
     def read(self, txn_id: TxnId, up_to: int | None = None) -> tuple[txn.Txn | None, dict[str, Any] | None]:
         """The transaction's state from its entries (up to and including offset ``up_to``), and its
         prepare entry; ``(None, None)`` when no such transaction was prepared."""
         entries: list[dict[str, Any]] = []
         me = str(txn_id)
+        later_key = me.encode()
+        prepare_key = txn_id.nonce.encode()
 
         def take(msg: Message) -> None:
+            # Only this transaction's entries are decoded: its prepare (keyed by its nonce, at its
+            # offset) and its later entries (keyed by its id). The rest of the partition is other
+            # transactions' entries, prepares with all their records among them.
+            key = msg.key()
+            if key != later_key and not (key == prepare_key and msg.offset() == txn_id.offset):
+                return
             entry = entry_of(msg)
             if entry is not None and entry["id"] == me:
                 entries.append(entry)
 
         tp = (self.topic, txn_id.partition)
         stop = {tp: up_to + 1} if up_to is not None else None
-        with self._read_lock:
-            try:
-                # An id naming an offset past the end (made up, or from a lost log) gets no end from
-                # some brokers: after a second the partition is read from its start instead.
-                kafka.read_partitions_to_end(
-                    self._reader, {tp: txn_id.offset}, take, stop_at=stop, timeout_s=self.timeout_s, rewind_after_s=1.0
-                )
-            except kafka.KafkaUnavailable as exc:
-                raise TxnLogError(f"cannot read the transaction log {self.topic!r}: {exc}") from None
+        reader = self._reader()
+        try:
+            # An id naming an offset past the end (made up, or from a lost log) gets no end from
+            # some brokers: after a second the partition is read from its start instead.
+            kafka.read_partitions_to_end(
+                reader, {tp: txn_id.offset}, take, stop_at=stop, timeout_s=self.timeout_s, rewind_after_s=1.0
+            )
+        except kafka.KafkaUnavailable as exc:
+            raise TxnLogError(f"cannot read the transaction log {self.topic!r}: {exc}") from None
+        finally:
+            self._readers.put(reader)
         if not entries or entries[0]["kind"] != "prepare":
             return None, None
         return txn.fold(entries).get(me), entries[0]

@@ -1,0 +1,165 @@
+"""Transactions over HTTP: prepare + commit beside a plain produce of the same records, one run.
+
+    python3 -m bench.transactions [--seconds 10] [--concurrency 32]
+
+One ``ferry gateway`` process on the embedded broker; a closed-loop aiohttp client (``concurrency``
+requests in flight, keep-alive) in this process. Rows, for 1 and for 10 records:
+
+- ``produce``: ``POST /api/v1/topics/{topic}/records`` — the baseline;
+- ``txn``: ``POST /api/v1/transactions`` (prepare), then ``POST .../{id}/commit`` — one
+  transaction is both requests, so its latency is their sum.
+
+Printed per row: operations/s (a transaction is one operation), records/s, p50/p99 latency of each
+step, the gateway's CPU per operation; then the cost of a transaction as a ratio to a plain produce
+of the same records. Goals (issue #18): a prepare+commit of one record ≤ 3× a plain produce;
+≥ 5,000 transactions/s per gateway process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench._harness import cpu_seconds
+from ferry.devstack import embedded
+
+TOKEN = "bench-token"
+TOPIC = "bench.txn"
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))] * 1000
+
+
+async def run(base: str, kind: str, per: int, seconds: float, concurrency: int) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    records = [{"key": f"k{i}", "value": {"n": i, "pad": "x" * 80}} for i in range(per)]
+    body_produce = {"records": records}
+    body_prepare = {
+        "records": [{"topic": TOPIC, **r} for r in records],
+        "check_url": "http://127.0.0.1:9/check",
+        "timeout_ms": 600_000,
+    }
+    steps: dict[str, list[float]] = {"produce": [], "prepare": [], "commit": [], "total": []}
+    errors = 0
+    deadline = time.monotonic() + seconds
+    conn = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(base, headers=headers, connector=conn) as s:
+
+        async def one() -> None:
+            nonlocal errors
+            t0 = time.perf_counter()
+            if kind == "produce":
+                async with s.post(f"/api/v1/topics/{TOPIC}/records", json=body_produce) as r:
+                    await r.read()
+                    errors += r.status != 200
+                steps["produce"].append(time.perf_counter() - t0)
+            else:
+                async with s.post("/api/v1/transactions", json=body_prepare) as r:
+                    doc = await r.json()
+                    if r.status != 201:
+                        errors += 1
+                        return
+                t1 = time.perf_counter()
+                async with s.post(f"/api/v1/transactions/{doc['id']}/commit") as r:
+                    await r.read()
+                    errors += r.status != 200
+                t2 = time.perf_counter()
+                steps["prepare"].append(t1 - t0)
+                steps["commit"].append(t2 - t1)
+            steps["total"].append(time.perf_counter() - t0)
+
+        async def loop() -> None:
+            while time.monotonic() < deadline:
+                await one()
+
+        started = time.monotonic()
+        await asyncio.gather(*(loop() for _ in range(concurrency)))
+        elapsed = time.monotonic() - started
+    ops = len(steps["total"])
+    return {"ops": ops / elapsed, "steps": steps, "errors": errors}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--concurrency", type=int, default=32)
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ferry-bench-txn-"))
+    broker = embedded.kafka_broker(work / "kafka").start().wait_ready(30)
+    bootstrap = f"127.0.0.1:{broker.port}"
+    proc: embedded.ServiceProcess | None = None
+    try:
+        from ferry import kafka
+        from ferry.migrations import runner
+
+        kafka.ensure_topic({"bootstrap.servers": bootstrap}, TOPIC, 6)
+        db_url = f"sqlite:///{work}/meta.db"
+        runner.upgrade(db_url)
+        port = embedded.free_port()
+        env = {
+            "PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1])),
+            "FERRY_KAFKA_BOOTSTRAP": bootstrap,
+            "FERRY_DB_URL": db_url,
+            "FERRY_ADMIN_TOKEN": TOKEN,
+            "FERRY_GATEWAY_PORT": str(port),
+            "FERRY_LOG_LEVEL": "WARNING",
+        }
+        argv = [sys.executable, "-m", "ferry.cli", "gateway"]
+        proc = embedded.ServiceProcess("gateway", argv, port, work / "gateway.log", env=env).start()
+        proc.wait_ready(60)
+        base = f"http://127.0.0.1:{port}"
+        rows = []
+        for per in (1, 10):
+            for kind in ("produce", "txn"):
+                asyncio.run(run(base, kind, per, 2, a.concurrency))  # warm-up
+                assert proc.proc is not None
+                cpu0 = cpu_seconds(proc.proc.pid)
+                r = asyncio.run(run(base, kind, per, a.seconds, a.concurrency))
+                cpu = cpu_seconds(proc.proc.pid) - cpu0
+                r["cpu_ms_per_op"] = 1000 * cpu / max(1, len(r["steps"]["total"]))
+                rows.append((kind, per, r))
+        print(
+            f"\nbench.transactions: {a.seconds:g} s per row, {a.concurrency} in flight, one gateway, embedded broker\n"
+        )
+        head = ("rec/op", "ops/s", "records/s", "p50 ms", "p99 ms", "prepare p50", "commit p50", "CPU ms/op", "errors")
+        print(f"{'kind':8} " + " ".join(f"{h:>11}" for h in head))
+        for kind, per, r in rows:
+            st = r["steps"]
+            print(
+                f"{kind:8} {per:>11} {r['ops']:>11,.0f} {r['ops'] * per:>11,.0f} {pct(st['total'], 0.5):>11.2f} "
+                f"{pct(st['total'], 0.99):>11.2f} {pct(st['prepare'], 0.5):>11.2f} {pct(st['commit'], 0.5):>11.2f} "
+                f"{r['cpu_ms_per_op']:>11.2f} {r['errors']:>11}"
+            )
+        by = {(k, p): r for k, p, r in rows}
+        for per in (1, 10):
+            tx, pr = by[("txn", per)], by[("produce", per)]
+            slower = statistics.median(tx["steps"]["total"]) / statistics.median(pr["steps"]["total"])
+            print(
+                f"\n{per} record(s): a transaction costs {pr['ops'] / tx['ops']:.2f}x a plain produce in throughput, "
+                f"{tx['cpu_ms_per_op'] / pr['cpu_ms_per_op']:.2f}x in gateway CPU, "
+                f"{slower:.2f}x in p50 latency"
+            )
+        print(f"goal: <= 3x for one record, >= 5,000 transactions/s; measured {by[('txn', 1)]['ops']:,.0f}/s")
+    finally:
+        if proc is not None:
+            proc.stop()
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
