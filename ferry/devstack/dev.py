@@ -162,7 +162,7 @@ class DevStack:
         from ferry.migrations import runner
 
         runner.upgrade(db_url)
-        token = self.settings.portal.admin_token or secrets.token_urlsafe(24)
+        token = self.settings.portal.admin_token or "fy_" + secrets.token_urlsafe(24)
         bootstrap = f"127.0.0.1:{kafka_port}"
         zk_connect = f"127.0.0.1:{zk_port}"
         env = {
