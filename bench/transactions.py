@@ -30,6 +30,7 @@ from typing import Any
 
 import aiohttp
 
+from bench import _results
 from bench._harness import cpu_seconds
 from ferry.devstack import embedded
 
@@ -154,6 +155,30 @@ def main() -> None:
                 f"{slower:.2f}x in p50 latency"
             )
         print(f"goal: <= 3x for one record, >= 5,000 transactions/s; measured {by[('txn', 1)]['ops']:,.0f}/s")
+        _results.save(
+            "transactions",
+            "python3 -m bench.transactions",
+            [
+                "records",
+                "plain produce ops/s",
+                "transactions/s",
+                "transaction ÷ produce (throughput)",
+                "prepare p50 ms",
+                "commit p50 ms",
+            ],
+            [
+                [
+                    per,
+                    f"{by[('produce', per)]['ops']:,.0f}",
+                    f"{by[('txn', per)]['ops']:,.0f}",
+                    f"{by[('produce', per)]['ops'] / by[('txn', per)]['ops']:.1f}×",
+                    f"{pct(by[('txn', per)]['steps']['prepare'], 0.5):.1f}",
+                    f"{pct(by[('txn', per)]['steps']['commit'], 0.5):.1f}",
+                ]
+                for per in (1, 10)
+            ],
+            f"one gateway, {a.concurrency} in flight, {a.seconds:g} s per row",
+        )
     finally:
         if proc is not None:
             proc.stop()

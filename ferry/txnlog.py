@@ -31,6 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from ferry import kafka, txn
 from ferry.errors import FerryError
+from ferry.txn_tail import TxnTail
 
 DEFAULT_TOPIC = "__ferry_txn"
 PARTITIONS = 9
@@ -103,8 +104,18 @@ def entry_of(msg: Message) -> dict[str, Any] | None:
 class TxnLog:
     """Append entries to the transaction log and fold one transaction from it."""
 
-    def __init__(self, client_config: Mapping[str, Any], topic: str = DEFAULT_TOPIC, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        client_config: Mapping[str, Any],
+        topic: str = DEFAULT_TOPIC,
+        timeout_s: float = 10.0,
+        follow: bool = False,
+    ) -> None:
+        """``follow``: keep a live view of the log (:mod:`ferry.txn_tail`) so that reads of
+        transactions prepared since need no read of the log (the gateway's setting)."""
         self._config = dict(client_config)
+        self._follow = follow
+        self._tail: TxnTail | None = None
         self.topic = topic
         self.timeout_s = timeout_s
         self.producer = kafka.producer(
@@ -120,6 +131,7 @@ class TxnLog:
         self._made = threading.Semaphore(READERS)
         self._all_readers: list[Consumer] = []
         self._partitions: int | None = None
+        self._ensured = threading.Lock()
 
     def _poll(self) -> None:
         while self._running:
@@ -131,10 +143,15 @@ class TxnLog:
         counts = kafka.partition_counts(self._config, [self.topic])
         if self.topic not in counts:
             raise TxnLogError(f"transaction log topic {self.topic!r} has no partitions after creating it")
-        self._partitions = counts[self.topic]
+        with self._ensured:
+            self._partitions = counts[self.topic]
+            if self._follow and self._tail is None:
+                self._tail = TxnTail(self._config, self.topic, self._partitions)
         return self._partitions
 
     def close(self) -> None:
+        if self._tail is not None:
+            self._tail.close()
         self.producer.flush(self.timeout_s)
         self._running = False
         self._poller.join(1.0)
@@ -195,11 +212,24 @@ class TxnLog:
             return reader
         return self._readers.get(timeout=self.timeout_s)
 
-    def read(self, txn_id: TxnId, up_to: int | None = None) -> tuple[txn.Txn | None, dict[str, Any] | None]:
+    def read(
+        self, txn_id: TxnId, up_to: int | None = None, *, recent: bool = False
+    ) -> tuple[txn.Txn | None, dict[str, Any] | None]:
         """The transaction's state from its entries (up to and including offset ``up_to``), and its
-        prepare entry; ``(None, None)`` when no such transaction was prepared."""
-        entries: list[dict[str, Any]] = []
+        prepare entry; ``(None, None)`` when no such transaction was prepared.
+
+        Without ``up_to`` the log is read to its end, so the answer includes every entry written
+        before the call (by any gateway), unless ``recent``: then the live view may answer with
+        what it has seen, a few milliseconds behind the log (a commit's first look, which appends
+        its decision and reads again up to it)."""
         me = str(txn_id)
+        if self._follow and self._tail is None:
+            self.ensure()  # a replica that only commits starts its view on its first read
+        if self._tail is not None and (up_to is not None or recent):
+            raw = self._tail.entries(txn_id.partition, txn_id.offset, me, up_to, wait_s=self.timeout_s / 2)
+            if raw is not None:
+                return _fold(me, [e for e in map(_decode, raw) if e is not None])
+        entries: list[dict[str, Any]] = []
         later_key = me.encode()
         prepare_key = txn_id.nonce.encode()
 
@@ -227,9 +257,24 @@ class TxnLog:
             raise TxnLogError(f"cannot read the transaction log {self.topic!r}: {exc}") from None
         finally:
             self._readers.put(reader)
-        if not entries or entries[0]["kind"] != "prepare":
-            return None, None
-        return txn.fold(entries).get(me), entries[0]
+        return _fold(me, entries)
+
+
+def _decode(value: bytes) -> dict[str, Any] | None:
+    """One of a known transaction's raw entries (the view kept it by its key)."""
+    try:
+        entry = json.loads(value)
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) and isinstance(entry.get("kind"), str) else None
+
+
+def _fold(me: str, entries: list[dict[str, Any]]) -> tuple[txn.Txn | None, dict[str, Any] | None]:
+    if not entries or entries[0]["kind"] != "prepare":
+        return None, None
+    for entry in entries:
+        entry["id"] = me
+    return txn.fold(entries).get(me), entries[0]
 
 
 # --- the records of a transaction ---------------------------------------------------------------
@@ -265,9 +310,11 @@ def write_records(
     ``{"partition", "offset"}`` or ``{"error"}``. Raises :class:`TxnLogError` when not every record
     was acknowledged in time (then nothing may be logged as committed)."""
     results: list[dict[str, Any] | None] = [None] * len(records)
+    answered = [0]
 
     def done(i: int) -> Callable[[KafkaError | None, Message], None]:
         def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            answered[0] += 1
             if err is None:
                 results[i] = {"partition": msg.partition(), "offset": msg.offset()}
             else:
@@ -297,8 +344,12 @@ def write_records(
                 break
             except BufferError:
                 producer.poll(0.05)
-    left = producer.flush(timeout_s)
-    if left or any(r is None or "error" in r for r in results):
+    # Wait for these records only (flush() would wait for every record of every transaction the
+    # shared producer holds); a poll thread may serve the callbacks, else this loop does.
+    deadline = time.monotonic() + timeout_s
+    while answered[0] < len(records) and time.monotonic() < deadline:
+        producer.poll(0.002)
+    if any(r is None or "error" in r for r in results):
         failed = [r for r in results if r is None or "error" in r]
         raise TxnLogError(
             f"transaction {txn_id}: {len(failed)} of {len(records)} records not acknowledged: {failed[:3]}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
@@ -103,7 +104,7 @@ def build(settings: Settings) -> Gateway:
         linger_ms=g.linger_ms,
     )
     engine = db.make_engine(settings.database.url)
-    txn_log = TxnLog(kafka_config, topic=settings.kafka.txn_topic)
+    txn_log = TxnLog(kafka_config, topic=settings.kafka.txn_topic, follow=True)
 
     async def write(txn_id: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return await asyncio.to_thread(write_records, txn_log.producer, txn_id, records, g.produce_timeout_ms / 1000)
@@ -120,13 +121,19 @@ def build(settings: Settings) -> Gateway:
     )
 
 
+IO_THREADS = 64
+
+
 def main(settings: Settings) -> int:
     return asyncio.run(serve(settings))
 
 
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
-    gw = await asyncio.to_thread(build, settings)
     loop = asyncio.get_running_loop()
+    # Transaction steps wait for the brokers in threads (a log write ~3 ms, a read until the log's
+    # live view passed an offset): the default pool (cores + 4 threads) queued them under load.
+    loop.set_default_executor(ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="ferry-gw-io"))
+    gw = await asyncio.to_thread(build, settings)
     gw.producer.start(loop)
     if gw.idempotency is not None:
         await asyncio.to_thread(gw.idempotency.start, loop)

@@ -30,11 +30,12 @@ def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes | 
     return out
 
 
-@pytest.fixture()
-def replicas(kafka_bootstrap: str, topic_name: str):  # type: ignore[no-untyped-def]
-    """Two gateway replicas' transaction operations over the same log."""
+@pytest.fixture(params=[False, True], ids=["log", "live-view"])
+def replicas(request: pytest.FixtureRequest, kafka_bootstrap: str, topic_name: str):  # type: ignore[no-untyped-def]
+    """Two gateway replicas' transaction operations over the same log (reading it, or following
+    it as gateways do)."""
     cfg = {"bootstrap.servers": kafka_bootstrap}
-    logs = [TxnLog(cfg, topic=f"{topic_name}-txn") for _ in range(2)]
+    logs = [TxnLog(cfg, topic=f"{topic_name}-txn", follow=request.param) for _ in range(2)]
     logs[0].ensure()
     producer = kafka.producer({**cfg, "enable.idempotence": True, "acks": "all"}, "test-writer")
 

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from ferry import txn_tail
 from ferry.txnlog import TxnLog, parse_id
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture()
-def log(kafka_bootstrap: str, topic_name: str):  # type: ignore[no-untyped-def]
-    tl = TxnLog({"bootstrap.servers": kafka_bootstrap}, topic=f"{topic_name}-txn")
+@pytest.fixture(params=[False, True], ids=["log", "live-view"])
+def log(request: pytest.FixtureRequest, kafka_bootstrap: str, topic_name: str):  # type: ignore[no-untyped-def]
+    tl = TxnLog({"bootstrap.servers": kafka_bootstrap}, topic=f"{topic_name}-txn", follow=request.param)
     tl.ensure()
     yield tl
     tl.close()
@@ -51,3 +52,39 @@ def test_unknown_ids(log: TxnLog) -> None:
     wrong_nonce = parse_id(f"{known.partition}.{known.offset}.{'0' * 16}")
     assert wrong_nonce is not None
     assert log.read(wrong_nonce) == (None, None)
+
+
+def test_the_live_view_answers_for_what_it_saw_and_defers_the_rest(
+    kafka_bootstrap: str, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = {"bootstrap.servers": kafka_bootstrap}
+    topic = f"{topic_name}-txn"
+    plain = TxnLog(cfg, topic=topic)
+    plain.ensure()
+    before = plain.prepare({"records": [], "check_url": "http://x/c", "timeout_ms": 1000})
+    monkeypatch.setattr(txn_tail, "MAX_TRANSACTIONS", 3)
+    viewer = TxnLog(cfg, topic=topic, follow=True)
+    viewer.ensure()
+    tail = viewer._tail
+    assert tail is not None and tail.started(10)
+    try:
+        # Prepared before the view started: the view does not vouch for it; the log answers.
+        assert tail.entries(before.partition, before.offset, str(before), None, wait_s=0.5) is None
+        state, _ = viewer.read(before, recent=True)
+        assert state is not None and state.state == "prepared"
+
+        ids = [plain.prepare({"records": [], "check_url": "http://x/c", "timeout_ms": 1000}) for _ in range(6)]
+        last = ids[-1]
+        at = plain.append(last, {"kind": "rollback", "reason": "producer"})
+        raw = tail.entries(last.partition, last.offset, str(last), at, wait_s=10)
+        assert raw is not None and len(raw) == 2  # the prepare and the rollback, from the view
+        state, _ = viewer.read(last, up_to=at)
+        assert state is not None and state.state == "rolled_back"
+        # Evicted (the view keeps 3 transactions here): deferred to the log, still right.
+        first = ids[0]
+        assert tail.entries(first.partition, first.offset, str(first), None, wait_s=10) is None
+        state, _ = viewer.read(first, recent=True)
+        assert state is not None and state.state == "prepared"
+    finally:
+        viewer.close()
+        plain.close()

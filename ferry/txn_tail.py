@@ -1,0 +1,131 @@
+"""A gateway's live view of the transaction log: every entry since it started, by transaction.
+
+Use case: a commit reads its transaction from the log twice (its state, then — after appending the
+decision — every entry up to that decision, so that the first decision in the log stands). Reading
+a partition to its end costs a fetch round trip (~20 ms) and a consumer for the time, which capped
+a gateway at ~110 transactions/s (bench/transactions.py). One consumer per gateway instead follows
+every partition of the log from where it was when the gateway started; a read then waits only until
+this view has passed the offset it needs, and folds the entries it kept.
+
+The view answers for a transaction only when it is sure to hold all of its entries: the prepare is
+at or after where the view started in that partition, and the transaction was not evicted (the view
+keeps at most :data:`MAX_TRANSACTIONS` transactions and :data:`MAX_BYTES` of entries, oldest first
+out). Otherwise, or if the view does not get far enough within the wait, the caller reads the log
+itself (:meth:`ferry.txnlog.TxnLog.read`). Entries are kept raw and decoded only when read.
+
+States: starting (no partition's start known: answers nothing) → following (one thread consumes
+and notifies waiters) → closed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_END, KafkaError, TopicPartition
+
+from ferry import kafka, log
+
+_log = log.get_logger(__name__)
+MAX_TRANSACTIONS = 50_000
+MAX_BYTES = 64 * 1024 * 1024
+POLL_S = 0.005
+"""consume() waits this long unless its batch fills: it bounds how late a waiter hears of an entry."""
+
+
+class TxnTail:
+    """Follows a transaction log topic; ``entries(...)`` gives one transaction's raw entries."""
+
+    def __init__(self, client_config: Mapping[str, Any], topic: str, partitions: int) -> None:
+        self.topic = topic
+        self._partitions = partitions
+        self._consumer = kafka.reader(
+            {**client_config, "group.id": "ferry.txn-tail", "fetch.wait.max.ms": 5}, "txn-tail"
+        )
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
+        self._cond = threading.Condition()
+        self.start: dict[int, int] = {}
+        """Per partition, the first offset the view holds (known from its first fetch)."""
+        self.position: dict[int, int] = {}
+        """Per partition, the next offset the view will read: it holds everything below."""
+        self._kept: OrderedDict[str, list[tuple[int, bytes]]] = OrderedDict()
+        self._bytes = 0
+        self._running = True
+        self._thread = threading.Thread(target=self._run, name="ferry-txn-tail", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._running = False
+        self._thread.join(2.0)
+        self._consumer.close()
+
+    # --- the following thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while self._running:
+            try:
+                msgs = self._consumer.consume(500, POLL_S)
+            except Exception as exc:  # a broken consumer: readers fall back to reading the log
+                _log.warning("txn_tail.consume_failed", topic=self.topic, error=str(exc))
+                continue
+            if not msgs:
+                continue
+            with self._cond:
+                for m in msgs:
+                    self._take(m)
+                self._evict()
+                self._cond.notify_all()
+
+    def _take(self, m: Any) -> None:
+        p, offset, err = m.partition(), m.offset(), m.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                self.start.setdefault(p, offset)
+                self.position[p] = max(self.position.get(p, offset), offset)
+            return
+        self.start.setdefault(p, offset)
+        self.position[p] = offset + 1
+        key, value = m.key(), m.value()
+        if not key or value is None:
+            return
+        # A prepare is keyed by its nonce (its id is partition.offset.nonce); later entries by the id.
+        text = key.decode("ascii", "replace")
+        txn_id = text if "." in text else f"{p}.{offset}.{text}"
+        kept = self._kept.get(txn_id)
+        if kept is None:
+            kept = self._kept[txn_id] = []
+        kept.append((offset, value))
+        self._bytes += len(value)
+
+    def _evict(self) -> None:
+        while self._kept and (len(self._kept) > MAX_TRANSACTIONS or self._bytes > MAX_BYTES):
+            _, entries = self._kept.popitem(last=False)
+            self._bytes -= sum(len(v) for _, v in entries)
+
+    # --- readers ----------------------------------------------------------------------------
+
+    def started(self, timeout_s: float) -> bool:
+        """Wait until the view knows where it starts in every partition (its first fetches)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self.start) == self._partitions, timeout_s)
+
+    def entries(
+        self, partition: int, prepare_offset: int, txn_id: str, up_to: int | None, wait_s: float
+    ) -> list[bytes] | None:
+        """The raw entries of ``txn_id`` in log order (up to and including offset ``up_to``), or
+        None when the view cannot vouch for them: the caller reads the log. With ``up_to`` the view
+        first waits (at most ``wait_s``) until it has read past it; without, until it has read past
+        the prepare, and answers with what it holds then."""
+        need = (up_to if up_to is not None else prepare_offset) + 1
+        with self._cond:
+            start = self.start.get(partition)
+            if start is None or prepare_offset < start:
+                return None
+            if not self._cond.wait_for(lambda: self.position.get(partition, 0) >= need, wait_s):
+                return None
+            kept = self._kept.get(txn_id)
+            if kept is None:
+                return None  # evicted (it was read: the view is past its prepare)
+            return [v for o, v in kept if up_to is None or o <= up_to]
