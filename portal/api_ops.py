@@ -1,17 +1,12 @@
-"""Operating a subscription: status, reset, dead letters and redrive, and the workers view.
-
-Reset is safe by construction: the subscription is paused, the portal waits until no worker
-owns any of its partitions, bumps each partition's ownership epoch, writes the new offset state
-with that epoch (so it wins over anything written before), commits the group offset, and puts
-the subscription back in its previous state. The next owner restores the new state.
+"""Operating a subscription over HTTP: status, reset, dead letters and redrive, the record trace
+and the workers view. Reset is an operation of :mod:`ferry.portal.ops` (its protocol is told there).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import time
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -19,9 +14,10 @@ from aiohttp import web
 from ferry import db, log
 from ferry.errors import ConfigError
 from ferry.offsets import OffsetState
-from ferry.portal.api_subscriptions import announce, load, set_state
+from ferry.portal.api_subscriptions import announce
 from ferry.portal.cluster import ClusterBusy, redrive_mark
-from ferry.portal.http import CLUSTER, ENGINE, ApiError, actor, read_json
+from ferry.portal.http import CLUSTER, ENGINE, OPS, ApiError, actor, read_json
+from ferry.portal.ops import parse_target
 from ferry.portal.trace_op import trace_record
 from ferry.subscription import DEFAULT_CLUSTER, PartitionRef, Subscription
 
@@ -31,26 +27,11 @@ MAX_DEAD_LETTERS = 1000
 
 
 def _subscription(request: web.Request) -> Subscription:
-    with db.session(request.app[ENGINE]) as s:
-        return load(s, request.match_info["name"]).to_subscription()
+    return request.app[OPS].subscription(request.match_info["name"])
 
 
 def _refs(request: web.Request, sub: Subscription) -> list[PartitionRef]:
-    """Every partition of the subscription: its topics in each of its (configured) Kafka clusters,
-    then its retry topic, in the default cluster."""
-    cluster = request.app[CLUSTER]
-    configured = cluster.settings.kafka.cluster_names()
-    out: list[PartitionRef] = []
-    for kc in sub.clusters:
-        if kc not in configured:
-            continue
-        topics = [*sub.topics, sub.retry_topic] if kc == DEFAULT_CLUSTER else list(sub.topics)
-        counts = cluster.kafka_view(kc).partition_counts(topics)
-        out.extend(PartitionRef(sub.name, t, p, kc) for t in topics for p in range(counts.get(t, 0)))
-    if DEFAULT_CLUSTER not in sub.clusters:
-        counts = cluster.partition_counts([sub.retry_topic])
-        out.extend(PartitionRef(sub.name, sub.retry_topic, p) for p in range(counts.get(sub.retry_topic, 0)))
-    return out
+    return request.app[OPS].partitions(sub)
 
 
 async def status(request: web.Request) -> web.Response:
@@ -99,6 +80,8 @@ async def status(request: web.Request) -> web.Response:
                     "filtered": (st or {}).get("filtered", 0),
                 }
             )
+            if sub.retry.mode == "durable":  # records handed to the delay store to wait for a retry
+                rows[-1]["deferred"] = (st or {}).get("deferred", 0)
         return rows
 
     rows = await asyncio.to_thread(gather)
@@ -127,65 +110,12 @@ def _adaptive(cluster: Any, sub: Subscription) -> dict[str, Any]:
     return {"mode": c.mode, "min": c.min, "max": c.max, "origin": origin, "workers": per_worker}
 
 
-def _target(value: Any) -> str | int:
-    if value in ("earliest", "latest"):
-        return cast(str, value)
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    raise ApiError(400, "must be 'earliest', 'latest' or a timestamp in epoch milliseconds", "to")
-
-
 async def reset(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or "to" not in body:
         raise ApiError(400, "is required: 'earliest', 'latest' or epoch milliseconds", "to")
-    target = _target(body["to"])
-    sub = await asyncio.to_thread(_subscription, request)
-    cluster = request.app[CLUSTER]
-    await set_state(request, "paused")
-    try:
-        refs = await asyncio.to_thread(_refs, request, sub)
-        deadline = time.monotonic() + RESET_RELEASE_TIMEOUT_S
-        while any(await asyncio.to_thread(lambda: [cluster.owner(r) for r in refs])):
-            if time.monotonic() > deadline:
-                raise ApiError(409, "workers did not release the subscription's partitions in time; try again", "to")
-            await asyncio.sleep(0.1)
-
-        def rewrite() -> list[dict[str, Any]]:
-            out = []
-            for ref in refs:
-                view = cluster.kafka_view(ref.cluster)
-                if target == "earliest":
-                    offset = view.start_offset(ref.topic, ref.partition)
-                elif target == "latest":
-                    offset = view.end_offset(ref.topic, ref.partition)
-                else:
-                    offset = view.scan(ref.topic, ref.partition, 0, until_ts_ms=int(target))
-                epoch = cluster.bump_epoch(ref)
-                state = OffsetState(
-                    committed=offset, acked=(), epoch=epoch, worker="portal", ts=int(time.time() * 1000)
-                )
-                view.write_state(sub, ref, state)
-                row = {"topic": ref.topic, "partition": ref.partition, "committed": offset, "epoch": epoch}
-                if ref.cluster != DEFAULT_CLUSTER:
-                    row["cluster"] = ref.cluster
-                out.append(row)
-            return out
-
-        partitions = await asyncio.to_thread(rewrite)
-
-        def audit() -> None:
-            with db.session(request.app[ENGINE]) as s:
-                db.audit(s, actor(request), "subscription.reset", sub.name, {"to": target, "partitions": partitions})
-
-        await asyncio.to_thread(audit)
-    finally:
-        if sub.state == "active":
-            await set_state(request, "active")
-        else:
-            await announce(request, "reset", sub.name)
-    _log.info("subscription.reset", name=sub.name, to=target, by=actor(request))
-    return web.json_response({"name": sub.name, "to": target, "partitions": partitions})
+    answer = await request.app[OPS].reset(request.match_info["name"], parse_target(body["to"]), actor(request))
+    return web.json_response(answer)
 
 
 def _limit(request: web.Request, default: int) -> int:

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from ferry import db, log
 from ferry.netguard import EndpointPolicy
-from ferry.portal.http import CLUSTER, ENGINE, SETTINGS, ApiError, actor, read_json
+from ferry.portal.http import CLUSTER, ENGINE, OPS, SETTINGS, ApiError, actor, read_json
 from ferry.subscription import Subscription, parse
 
 _log = log.get_logger(__name__)
@@ -41,10 +41,7 @@ async def check_endpoint(request: web.Request, sub: Subscription) -> None:
 
 
 async def announce(request: web.Request, action: str, name: str) -> None:
-    try:
-        await asyncio.to_thread(request.app[CLUSTER].touch_subscriptions)
-    except Exception as exc:
-        _log.warning("subscriptions.announce_failed", action=action, name=name, error=str(exc))
+    await request.app[OPS].announce(action, name)
 
 
 def load(s: sa.orm.Session, name: str) -> db.SubscriptionRow:
@@ -142,19 +139,7 @@ async def delete(request: web.Request) -> web.Response:
 
 
 async def set_state(request: web.Request, state: str) -> Subscription:
-    name = request.match_info["name"]
-
-    def store() -> Subscription:
-        with db.session(request.app[ENGINE]) as s:
-            row = load(s, name)
-            sub = row.to_subscription().with_state(state)
-            db.update_subscription(s, row, sub)
-            db.audit(s, actor(request), f"subscription.{'pause' if state == 'paused' else 'resume'}", name, {})
-            return sub
-
-    sub = await asyncio.to_thread(store)
-    await announce(request, state, name)
-    return sub
+    return await request.app[OPS].set_state(request.match_info["name"], state, actor(request))
 
 
 async def pause(request: web.Request) -> web.Response:

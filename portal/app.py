@@ -21,12 +21,14 @@ from ferry.portal.http import (
     ENGINE,
     LOGINS,
     METRICS,
+    OPS,
     SETTINGS,
     auth_middleware,
     csrf_middleware,
     errors_middleware,
     metrics_middleware,
 )
+from ferry.portal.ops import Operations
 
 __all__ = ["LOGINS", "create_app"]
 
@@ -39,6 +41,7 @@ def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Applic
     app[SETTINGS] = settings
     app[ENGINE] = db.make_engine(settings.database.url)
     app[CLUSTER] = cluster or Cluster(settings)
+    app[OPS] = Operations(app[ENGINE], app[CLUSTER])
     app[LOGINS] = auth.FailedLogins()
     registry = CollectorRegistry()
     app[METRICS] = {

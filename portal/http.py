@@ -25,6 +25,7 @@ from ferry.config import Settings
 from ferry.errors import FerryError, ValidationError
 from ferry.portal import auth, csrf
 from ferry.portal.cluster import Cluster
+from ferry.portal.ops import Operations, OpError
 
 _log = log.get_logger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -32,6 +33,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SETTINGS = web.AppKey("settings", Settings)
 ENGINE = web.AppKey("engine", Engine)
 CLUSTER = web.AppKey("cluster", Cluster)
+OPS = web.AppKey("operations", Operations)
 METRICS = web.AppKey("metrics", dict)
 PRINCIPAL = web.RequestKey("principal", auth.Principal)
 LOGINS = web.AppKey("failed-logins", auth.FailedLogins)
@@ -65,7 +67,7 @@ def error(status: int, message: str, field: str | None = None) -> web.Response:
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         response = await handler(request)
-    except ApiError as exc:
+    except (ApiError, OpError) as exc:
         response = error(exc.status, exc.message, exc.field)
     except ValidationError as exc:
         response = error(400, exc.message, exc.field)
