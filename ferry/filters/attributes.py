@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 CE_TYPE = "dev.ferry.kafka.record"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 _HEADER_ATTRIBUTE = re.compile(r"[a-z0-9]{1,20}")
+_UNRESERVED = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~"  # quote() keeps them
+_SCAN_HEADERS = 8  # up to this many headers, a lookup scans them
 _OWN = ("id", "source", "type", "specversion", "time", "kafkatopic", "kafkapartition", "kafkaoffset")
 
 
@@ -38,65 +40,76 @@ class RecordAttributes(Mapping[str, Any]):
     ) -> None:
         self._topic, self._partition, self._offset, self._key = topic, partition, offset, key
         self._headers, self._ts, self._cluster, self._sub = headers, timestamp_ms, cluster, subscription
-        self._header_map: dict[str, str] | None = None
+        self._header_map: dict[str, bytes] | None = None
 
-    def _own(self, name: str) -> str | None:
-        if name == "id":
-            return f"{self._topic}/{self._partition}/{self._offset}"
-        if name == "kafkatopic":
-            return self._topic
-        if name == "kafkapartition":
-            return str(self._partition)
-        if name == "kafkaoffset":
-            return str(self._offset)
-        if name == "partitionkey":
-            return None if self._key is None else quote(self._key, safe="")
-        if name == "source":
-            return f"/ferry/{self._cluster}/{self._sub}"
-        if name == "type":
-            return CE_TYPE
-        if name == "specversion":
-            return "1.0"
-        if name == "time":
-            return rfc3339_ms(self._ts)
-        if name == "ferryattempt":
-            return "1"
-        if name == "datacontenttype":
-            ct = self._map().get("content-type")
-            return ct if ct is not None else DEFAULT_CONTENT_TYPE
-        return None
-
-    def _map(self) -> dict[str, str]:
+    def _header(self, name: str) -> bytes | None:
+        """The value of the first header named ``name`` (lowercased) that has a value: a scan
+        of a few headers, a dict built once for many."""
+        headers = self._headers
+        if len(headers) <= _SCAN_HEADERS:
+            for n, v in headers:
+                if (n == name or n.lower() == name) and v is not None:
+                    return v
+            return None
         if self._header_map is None:
-            found: dict[str, str] = {}
-            for name, value in self._headers:
-                lower = name.lower()
-                if value is not None and lower not in found:
-                    found[lower] = value.decode("utf-8", "replace")
-            self._header_map = found
-        return self._header_map
+            self._header_map = {n.lower(): v for n, v in reversed(headers) if v is not None}
+        return self._header_map.get(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        own = _OWN_VALUES.get(name)
+        if own is not None:
+            v = own(self)
+            if v is not None:
+                return v
+        raw = self._header(name)
+        if raw is not None and _HEADER_ATTRIBUTE.fullmatch(name):
+            return raw.decode("utf-8", "replace")
+        return default
 
     def __getitem__(self, name: str) -> Any:
-        v = self._own(name)
-        if v is None and _HEADER_ATTRIBUTE.fullmatch(name):
-            v = self._map().get(name)
+        v = self.get(name)
         if v is None:
             raise KeyError(name)
         return v
-
-    def get(self, name: str, default: Any = None) -> Any:
-        try:
-            return self[name]
-        except KeyError:
-            return default
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and self.get(name) is not None
 
     def __iter__(self) -> Iterator[str]:
         own = [*_OWN, "ferryattempt", "datacontenttype"] + (["partitionkey"] if self._key is not None else [])
-        headers = [n for n in self._map() if _HEADER_ATTRIBUTE.fullmatch(n)]
+        names = (n.lower() for n, v in self._headers if v is not None)
+        headers = [n for n in names if _HEADER_ATTRIBUTE.fullmatch(n)]
         return iter(dict.fromkeys([*own, *headers]))
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+def _partitionkey(a: RecordAttributes) -> str | None:
+    key = a._key
+    if key is None:
+        return None
+    if not key.translate(None, _UNRESERVED):  # nothing to percent-encode
+        return key.decode("ascii")
+    return quote(key, safe="")
+
+
+def _datacontenttype(a: RecordAttributes) -> str:
+    ct = a._header("content-type")
+    return DEFAULT_CONTENT_TYPE if ct is None else ct.decode("utf-8", "replace")
+
+
+# attribute name → its value for a record (``None``: the record has none; a header may give it)
+_OWN_VALUES: dict[str, Callable[[RecordAttributes], str | None]] = {
+    "id": lambda a: f"{a._topic}/{a._partition}/{a._offset}",
+    "kafkatopic": lambda a: a._topic,
+    "kafkapartition": lambda a: str(a._partition),
+    "kafkaoffset": lambda a: str(a._offset),
+    "partitionkey": _partitionkey,
+    "source": lambda a: f"/ferry/{a._cluster}/{a._sub}",
+    "type": lambda a: CE_TYPE,
+    "specversion": lambda a: "1.0",
+    "time": lambda a: rfc3339_ms(a._ts),
+    "ferryattempt": lambda a: "1",
+    "datacontenttype": _datacontenttype,
+}
