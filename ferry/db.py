@@ -65,6 +65,8 @@ class SubscriptionRow(Base):
     retry_max_attempts: Mapped[int] = mapped_column(sa.Integer)
     retry_initial_backoff_ms: Mapped[int] = mapped_column(sa.Integer)
     retry_max_backoff_ms: Mapped[int] = mapped_column(sa.Integer)
+    retry_mode: Mapped[str | None] = mapped_column(sa.String(16), nullable=True)
+    """None: ``memory`` (every subscription made before durable retries)."""
     dead_letter_topic: Mapped[str] = mapped_column(sa.String(249))
     start_from: Mapped[str] = mapped_column(sa.String(16))
     state: Mapped[str] = mapped_column(sa.String(16))
@@ -108,6 +110,7 @@ class SubscriptionRow(Base):
                     "max_attempts": self.retry_max_attempts,
                     "initial_backoff_ms": self.retry_initial_backoff_ms,
                     "max_backoff_ms": self.retry_max_backoff_ms,
+                    "mode": self.retry_mode or "memory",
                 },
                 "dead_letter_topic": self.dead_letter_topic,
                 "start_from": self.start_from,
@@ -132,6 +135,7 @@ class SubscriptionRow(Base):
         self.retry_max_attempts = sub.retry.max_attempts
         self.retry_initial_backoff_ms = sub.retry.initial_backoff_ms
         self.retry_max_backoff_ms = sub.retry.max_backoff_ms
+        self.retry_mode = None if sub.retry.mode == "memory" else sub.retry.mode
         self.dead_letter_topic = sub.dead_letter_topic
         self.start_from = sub.start_from
         self.state = sub.state
@@ -209,7 +213,7 @@ def session(engine: Engine) -> Iterator[Session]:
 # --- subscriptions -------------------------------------------------------------------------
 
 
-SCHEMA_REVISION = "0007"
+SCHEMA_REVISION = "0008"
 """The migration this code expects (``ferry migrate`` applies it; tests/unit/test_layering.py keeps
 it equal to the newest file in migrations/versions)."""
 

@@ -24,6 +24,10 @@ from ferry.subscription import INTERNAL_PREFIX, Endpoint, RetryPolicySpec, Subsc
 TXN = f"{INTERNAL_PREFIX}txn"
 DELAY = f"{INTERNAL_PREFIX}delay"
 IN_FLIGHT = 10_000
+"""A transaction-log partition's entries wait in flight for their checks: room for many."""
+DELAY_IN_FLIGHT = 1_000
+"""A delay partition's records are in flight only while they are moved (a level admits a record
+when it is nearly due): enough to keep the producer busy, and the memory of a burst bounded."""
 TXN_PARTITIONS = 9
 DELAY_PARTITIONS = 9
 
@@ -50,7 +54,7 @@ def subscriptions(settings: Settings) -> list[Subscription]:
             topics=(k.delay_topic, *(t for t, _, _ in delay.level_topics(k.delay_topic))),
             endpoint=Endpoint("http://ferry.internal/delay"),
             dead_letter_topic=f"{k.delay_topic}.dlq",
-            **common,  # type: ignore[arg-type]
+            **{**common, "max_in_flight": DELAY_IN_FLIGHT},  # type: ignore[arg-type]
         ),
     ]
 

@@ -24,6 +24,7 @@ NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 TOPIC_RE = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 HEADER_NAME_RE = re.compile(r"[!#$%&'*+\-.^_`|~0-9a-zA-Z]+")
 ORDERINGS = ("key", "partition", "none")
+RETRY_MODES = ("memory", "durable")
 STATES = ("active", "paused")
 STARTS = ("earliest", "latest")
 MASK = "***"
@@ -75,6 +76,9 @@ class RetryPolicySpec:
     max_attempts: int = 5
     initial_backoff_ms: int = 200
     max_backoff_ms: int = 30_000
+    mode: str = "memory"
+    """``memory``: a record waits for its retry in the partition's window; ``durable``: it leaves
+    the window and waits in the delay store (docs/delivery.md#durable-retries)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,8 @@ class Subscription:
             "start_from": self.start_from,
             "state": self.state,
         }
+        if self.retry.mode != "memory":
+            doc["retry"]["mode"] = self.retry.mode
         if self.batch is not None:
             b = self.batch
             doc["batch"] = {"max_records": b.max_records, "max_bytes": b.max_bytes, "linger_ms": b.linger_ms}
@@ -351,22 +357,29 @@ def parse(
     )
     rt = dict(_obj(doc.get("retry", {}), "retry"))
     mode = rt.pop("mode", "memory")
-    if mode != "memory":
-        if mode == "durable":
-            raise ValidationError(
-                "retry.mode", "durable retries (waiting in the delay store) are not built yet; use memory"
-            )
-        raise ValidationError("retry.mode", "must be 'memory'")
+    if mode not in RETRY_MODES:
+        raise ValidationError("retry.mode", f"must be 'memory' or 'durable', got {mode!r}")
     _no_extra(rt, frozenset({"max_attempts", "initial_backoff_ms", "max_backoff_ms"}), "retry.")
     retry = RetryPolicySpec(
         max_attempts=_int_in(rt, "max_attempts", "retry.max_attempts", 5, 1, 1000),
         initial_backoff_ms=_int_in(rt, "initial_backoff_ms", "retry.initial_backoff_ms", 200, 1, 3_600_000),
         max_backoff_ms=_int_in(rt, "max_backoff_ms", "retry.max_backoff_ms", 30_000, 1, 86_400_000),
+        mode=mode,
     )
     if retry.max_backoff_ms < retry.initial_backoff_ms:
         raise ValidationError("retry.max_backoff_ms", "must be >= retry.initial_backoff_ms")
 
     batch = _batch(doc.get("batch"))
+    ordering = _choice(doc, "ordering", "key", ORDERINGS)
+    if mode == "durable" and ordering != "none":
+        raise ValidationError(
+            "retry.mode",
+            f"durable retries let a record's retry overtake later records: they need ordering 'none', got {ordering!r}",
+        )
+    if mode == "durable" and batch is not None:
+        raise ValidationError(
+            "retry.mode", "durable retries are for single-record push; a batch subscription retries in memory"
+        )
     max_in_flight = _int_in(doc, "max_in_flight", "max_in_flight", 100, 1, 10_000)
     filter_doc = doc.get("filter")
     if filter_doc is not None:
@@ -379,7 +392,7 @@ def parse(
         name=name,
         topics=parsed_topics,
         endpoint=endpoint,
-        ordering=_choice(doc, "ordering", "key", ORDERINGS),  # type: ignore[arg-type]
+        ordering=ordering,  # type: ignore[arg-type]
         max_in_flight=max_in_flight,
         retry=retry,
         dead_letter_topic=dlq,

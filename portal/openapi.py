@@ -271,6 +271,13 @@ DOCUMENT: dict[str, Any] = {
                     "max_attempts": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 5},
                     "initial_backoff_ms": {"type": "integer", "minimum": 1, "default": 200},
                     "max_backoff_ms": {"type": "integer", "minimum": 1, "default": 30000},
+                    "mode": {
+                        "type": "string",
+                        "enum": ["memory", "durable"],
+                        "default": "memory",
+                        "description": "durable: a record waiting for a retry waits in the delay store, not in "
+                        "the partition's window (ordering none only; docs/delivery.md#durable-retries)",
+                    },
                 },
             },
             "Batch": {
@@ -356,6 +363,7 @@ DOCUMENT: dict[str, Any] = {
                         ("retried", "integer"),
                         ("dead_lettered", "integer"),
                         ("filtered", "integer"),
+                        ("deferred", "integer"),
                     ]
                 },
             },

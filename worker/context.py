@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from ferry.worker.deadletter import DeadLetterSink
+from ferry.worker.durable_retry import Deferrals
 from ferry.worker.metrics import WorkerMetrics
 from ferry.worker.origin_gate import Gates
 from ferry.worker.push import PushClient
@@ -64,3 +65,5 @@ class Context:
     prefetch_bytes: int
     gates: Gates = field(default_factory=Gates)
     """Adaptive in-flight limits per endpoint origin (subscriptions with adaptive concurrency)."""
+    deferrals: Deferrals | None = None
+    """Where durable retries wait (the delay store); None: no delay store runs, retries wait in memory."""

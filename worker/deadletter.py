@@ -25,19 +25,29 @@ SOURCE_HEADERS = (
     "ferry-source-topic",
     "ferry-source-partition",
     "ferry-source-offset",
+    # A durable retry's routing (worker/durable_retry.py): not part of the record.
+    "ferry-retry-attempts",
+    "ferry-deliver-at",
+    "ferry-target-topic",
 )
 
 
-def dead_letter_headers(record: Record, error: str, attempts: int) -> list[tuple[str, bytes | None]]:
+def dead_letter_headers(
+    record: Record, error: str, attempts: int, source: tuple[bytes, bytes, bytes] | None = None
+) -> list[tuple[str, bytes | None]]:
+    """``source``: where the record was first read, when that is not where this copy was read (a
+    redriven or durably retried record, read from its subscription's retry topic)."""
     # A redriven record already carries ferry-* headers from its first failure: replace them.
     own = [(k, v) for k, v in record.headers if k.lower() not in SOURCE_HEADERS]
+    if source is None:
+        source = (record.topic.encode(), str(record.partition).encode(), str(record.offset).encode())
     return [
         *own,
         ("ferry-error", error[:ERROR_HEADER_MAX].encode()),
         ("ferry-attempts", str(attempts).encode()),
-        ("ferry-source-topic", record.topic.encode()),
-        ("ferry-source-partition", str(record.partition).encode()),
-        ("ferry-source-offset", str(record.offset).encode()),
+        ("ferry-source-topic", source[0]),
+        ("ferry-source-partition", source[1]),
+        ("ferry-source-offset", source[2]),
     ]
 
 
@@ -47,13 +57,20 @@ class DeadLetterSink:
         self._producer = producer
         self._ready: set[str] = set()
 
-    async def send(self, topic: str, record: Record, error: str, attempts: int) -> None:
+    async def send(
+        self,
+        topic: str,
+        record: Record,
+        error: str,
+        attempts: int,
+        source: tuple[bytes, bytes, bytes] | None = None,
+    ) -> None:
         if topic not in self._ready:
             # Brokers with auto-create off would make the produce wait forever: create it.
             await asyncio.to_thread(kafka.ensure_topic, self._cfg, topic, 1)
             self._ready.add(topic)
         await self._producer.send(
-            topic, record.value, key=record.key, headers=dead_letter_headers(record, error, attempts)
+            topic, record.value, key=record.key, headers=dead_letter_headers(record, error, attempts, source)
         )
         _log.info(
             "record.dead_lettered",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -23,8 +24,10 @@ from ferry.config import Settings
 from ferry.kafka import KafkaUnavailable
 from ferry.offsets import OffsetState
 from ferry.subscription import DEFAULT_CLUSTER, INTERNAL_PREFIX, PartitionRef, Subscription
+from ferry.worker import tracing
 from ferry.worker.blocking import close_within
 from ferry.worker.context import Context, Lease
+from ferry.worker.durable_retry import Deferrals
 from ferry.worker.fetch import TP, Batch, Fetcher
 from ferry.worker.kafka_clusters import ClusterClients, close_cluster, open_cluster
 from ferry.worker.metrics import WorkerMetrics
@@ -98,6 +101,7 @@ class Engine:
                 await asyncio.sleep(wait_s)
                 wait_s = min(30.0, wait_s * 2)
         self._client = Sinks(self._producer, self.settings)
+        self._client.tracing = tracing.from_env(os.environ)
         self._client.export(self.metrics.internal)
         await self._client.start()
         self._lease = Lease()
@@ -110,6 +114,11 @@ class Engine:
             prefetch_records=self.settings.worker.prefetch_records,
             prefetch_bytes=self.settings.worker.prefetch_bytes,
             gates=Gates(on_new=self._export_gate),
+            deferrals=(
+                Deferrals(self.settings.kafka.client_config(), self._producer, self.settings.kafka.delay_topic)
+                if self.settings.coordinator.internal_work
+                else None
+            ),
         )
         self._flush_task = asyncio.create_task(self._flush_loop())
         self.started = True
@@ -152,7 +161,7 @@ class Engine:
             await clients.store.write(ref, restored, sub.group_id)
         if ref in self._runners:  # acquired meanwhile by a concurrent call
             return
-        fetcher = self._fetcher_for(clients, (ref.topic, ref.partition))
+        fetcher = self._fetcher_for(clients, (ref.topic, ref.partition), ref.subscription.startswith(INTERNAL_PREFIX))
         tp = (ref.topic, ref.partition)
         runner = PartitionRunner(
             ref,
@@ -187,14 +196,20 @@ class Engine:
         )
         self.metrics.owned.set(len(self._runners))
 
-    def _fetcher_for(self, clients: ClusterClients, tp: TP) -> Fetcher:
-        for f in clients.fetchers:
+    def _fetcher_for(self, clients: ClusterClients, tp: TP, internal: bool = False) -> Fetcher:
+        """A fetcher not yet reading ``tp``. Ferry's own work (the delay store, the back-checks)
+        has fetchers of its own that wait longer for data (``ClusterClients.fetch_config``): its
+        ~90 partitions are idle most of the time, and an empty fetch of all of them every 10 ms
+        kept a broker core busy."""
+        pool = clients.internal_fetchers if internal else clients.fetchers
+        for f in pool:
             if tp not in f.assigned:
                 return f
         where = "" if clients.name == DEFAULT_CLUSTER else f"{clients.name}-"
-        f = Fetcher(clients.fetch_config(), f"{self.worker_id}-{where}{len(clients.fetchers)}", self._on_batch)
+        name = f"{self.worker_id}-{where}{'internal-' if internal else ''}{len(pool)}"
+        f = Fetcher(clients.fetch_config(internal=internal), name, self._on_batch)
         f.start(asyncio.get_running_loop())
-        clients.fetchers.append(f)
+        pool.append(f)
         return f
 
     async def _cluster(self, name: str) -> ClusterClients:

@@ -33,6 +33,11 @@ _log = log.get_logger(__name__)
 CLOSE_GRACE_S = 2.0
 
 
+INTERNAL_FETCH_WAIT_MS = 200
+"""How long an idle fetch of Ferry's own partitions may wait at the broker (a broker answers at
+once when data arrives; the embedded one spends CPU on every empty fetch)."""
+
+
 @dataclass
 class ClusterClients:
     """Every client a worker holds toward one Kafka cluster."""
@@ -44,6 +49,8 @@ class ClusterClients:
     starts: StartOffsets
     dead_letters: DeadLetterSink
     fetchers: list[Fetcher] = field(default_factory=list)
+    internal_fetchers: list[Fetcher] = field(default_factory=list)
+    """Fetchers of Ferry's own partitions (delay store, back-checks): see :meth:`fetch_config`."""
 
     @classmethod
     def create(cls, kafka: KafkaSettings) -> ClusterClients:
@@ -58,14 +65,18 @@ class ClusterClients:
             dead_letters=DeadLetterSink(kafka.client_config(), producer),
         )
 
-    def fetch_config(self) -> dict[str, object]:
-        return self.kafka.client_config(**{"fetch.wait.max.ms": self.kafka.fetch_wait_max_ms})
+    def fetch_config(self, internal: bool = False) -> dict[str, object]:
+        """A fetcher's client settings; ``internal``: for Ferry's own work, whose records are
+        fetched well before they are due, so an idle fetch may wait :data:`INTERNAL_FETCH_WAIT_MS`."""
+        wait = max(self.kafka.fetch_wait_max_ms, INTERNAL_FETCH_WAIT_MS) if internal else self.kafka.fetch_wait_max_ms
+        return self.kafka.client_config(**{"fetch.wait.max.ms": wait})
 
     def closers(self, flush_s: float, grace_s: float = CLOSE_GRACE_S) -> dict[str, Callable[[], object]]:
         """Blocking close calls by name (for :func:`worker.blocking.close_within`)."""
         prefix = "" if self.name == "default" else f"{self.name}:"
         out: dict[str, Callable[[], object]] = {
-            f"{prefix}fetcher-{f.name}": functools.partial(f.stop, grace_s) for f in self.fetchers
+            f"{prefix}fetcher-{f.name}": functools.partial(f.stop, grace_s)
+            for f in [*self.fetchers, *self.internal_fetchers]
         }
         out[f"{prefix}producer"] = functools.partial(self.producer.close, flush_s)
         out[f"{prefix}start-offsets"] = self.starts.close

@@ -23,7 +23,7 @@ from typing import Any
 from ferry import log
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
-from ferry.worker import admission
+from ferry.worker import admission, durable_retry
 from ferry.worker.batch_delivery import BatchDispatcher
 from ferry.worker.context import Context
 from ferry.worker.deadletter import DeadLetterSink
@@ -80,7 +80,8 @@ class PartitionRunner:
             self._restored_end = max((hi for _, hi in restored.acked), default=0)
         self.high_watermark: int | None = None
         self.buffered_bytes = 0
-        self.delivered = self.retried = self.dead_lettered = self.filtered = 0
+        self.delivered = self.retried = self.dead_lettered = self.filtered = self.deferred = 0
+        self._warned_no_store = False
         # What the record trace shows of records being pushed: offset → (state, attempts, last
         # status, last error, next attempt at epoch ms).
         self.live: dict[int, tuple[str, int, int | None, str | None, int | None]] = {}
@@ -97,6 +98,8 @@ class PartitionRunner:
         self.admission = admission.for_subscription(sub, ctx.client.cluster)
         self.m_latency = m.push_latency.labels(sub.name)
         self._batches: BatchDispatcher | None = BatchDispatcher(self, sub.batch) if sub.batch else None
+        self._hold_until = self._hold_rule(sub)
+        self._wake: asyncio.TimerHandle | None = None
 
     # --- input ---------------------------------------------------------------------------
 
@@ -107,14 +110,17 @@ class PartitionRunner:
             first, last = records[0].offset, records[-1].offset
             if (
                 self.merge is not None
-                and not self.admission.active
                 and first == self.next_offset
                 and last - first + 1 == len(records)
                 and first >= self._restored_end
             ):
                 # The common case: the next offsets, no holes, none acknowledged yet.
-                self.window.add_many(records)
                 self.next_offset = last + 1
+                if self.admission.active:
+                    records, rejected = self.admission.split(records)
+                    if rejected:
+                        self._filtered_out(rejected)
+                self.window.add_many(records)
                 self.buffered_bytes += sum(map(_size, records))
             else:
                 self._feed_each(records)
@@ -162,8 +168,23 @@ class PartitionRunner:
             self._m_filtered.inc(filtered)
             self.dirty = True
 
+    def _filtered_out(self, records: list[Record]) -> None:
+        """Records the filter rejected: acknowledged without a push, and counted."""
+        assert self.merge is not None
+        ack = self.merge.ack
+        for r in records:
+            ack(r.offset)
+        self.filtered += len(records)
+        self._m_filtered.inc(len(records))
+        self.dirty = True
+
+    def _hold_rule(self, sub: Subscription) -> Callable[[Record], float] | None:
+        hold = getattr(self.ctx.client, "hold_until", None)
+        return hold(sub, self.ref.topic, self.ref.partition) if hold is not None else None
+
     def update(self, sub: Subscription) -> None:
         self.sub = sub
+        self._hold_until = self._hold_rule(sub)
         self.admission = admission.for_subscription(sub, self.ctx.client.cluster, self.admission)
         self.policy = RetryPolicy(sub.retry)
         if (sub.ordering, sub.max_in_flight) != (self.window.ordering, self.window.max_in_flight):
@@ -184,6 +205,8 @@ class PartitionRunner:
         if not self.closing and self.sub.state == "active":
             if self._batches is not None:
                 self._batches.pump()
+            elif self._hold_until is not None and self.window.ordering == "none":
+                self._pump_due()
             else:
                 for record in self.window.take():
                     self.start_task(self._deliver(record))
@@ -195,6 +218,26 @@ class PartitionRunner:
             self._fetch_paused = False
             self._resume_fetch()
 
+    def _pump_due(self) -> None:
+        """Start only the records whose time has come (a delay level, a consumer delay); wake up
+        when the next one's has. The rest wait in the buffer, so the fetch pauses as it fills."""
+        assert self._hold_until is not None
+        now_ms = time.time() * 1000
+        records, held_ms = self.window.take_due(self._hold_until, now_ms)
+        for record in records:
+            self.start_task(self._deliver(record))
+        if held_ms is not None and self._wake is None:
+            self._wake = asyncio.get_running_loop().call_later((held_ms - now_ms) / 1000, self._woken)
+
+    def _woken(self) -> None:
+        self._wake = None
+        self.pump()
+
+    def _stop_waking(self) -> None:
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
+
     def start_task(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
         self._tasks.add(task)
@@ -202,8 +245,9 @@ class PartitionRunner:
 
     async def _deliver(self, record: Record) -> None:
         lease = self.ctx.lease
-        attempt = 0
-        dead = False
+        # A durable retry (read from the retry topic) counts on from the pushes already made.
+        attempt = durable_retry.prior_attempts(record) if record.topic == self.sub.retry_topic else 0
+        dead = deferred = False
         live = self.live
         offset = record.offset
         last_status: int | None = None
@@ -251,6 +295,9 @@ class PartitionRunner:
                 dead = True
                 break
             last_status, last_error = status, (None if status is not None else result.error)
+            if self.sub.retry.mode == "durable" and await self._defer(record, attempt, decision.delay_s):
+                deferred = True  # it waits in the delay store: this copy is done
+                break
             live[offset] = (
                 "waiting_retry",
                 attempt,
@@ -270,13 +317,35 @@ class PartitionRunner:
             )
             await asyncio.sleep(decision.delay_s)
         live.pop(offset, None)
-        self._acknowledged(record, dead)
+        self._acknowledged(record, dead, deferred)
+
+    async def _defer(self, record: Record, attempts: int, delay_s: float) -> bool:
+        """Hand a record whose retry is due in ``delay_s`` to the delay store (durable retries);
+        False when it must wait in memory instead (no delay store, or the broker refused it)."""
+        deferrals = self.ctx.deferrals
+        if deferrals is None:
+            if not self._warned_no_store:
+                self._warned_no_store = True
+                _log.warning(
+                    "retry.durable_unavailable",
+                    subscription=self.sub.name,
+                    hint="durable retries need the delay store: set FERRY_INTERNAL_WORK=true; retrying in memory",
+                )
+            return False
+        try:
+            await deferrals.send(self.sub, record, attempts, int((time.time() + delay_s) * 1000))
+        except ProduceFailed as exc:
+            _log.error("retry.defer_failed", subscription=self.sub.name, offset=record.offset, error=str(exc))
+            return False
+        self.deferred += 1
+        return True
 
     async def dead_letter(self, record: Record, reason: str, attempts: int) -> None:
         delay_s = 0.5
+        source = durable_retry.source_of(record) if record.topic == self.sub.retry_topic else None
         while True:
             try:
-                await self.dead_letters.send(self.sub.dead_letter_topic, record, reason, attempts)
+                await self.dead_letters.send(self.sub.dead_letter_topic, record, reason, attempts, source)
                 return
             except ProduceFailed as exc:
                 # Not acknowledged until the dead letter is safe: keep trying, holding only this key.
@@ -284,13 +353,15 @@ class PartitionRunner:
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 30)
 
-    def _acknowledged(self, record: Record, dead: bool) -> None:
+    def _acknowledged(self, record: Record, dead: bool, deferred: bool = False) -> None:
         assert self.merge is not None
         self.merge.ack(record.offset)
         self.window.finish(record)
         self.buffered_bytes -= record.size
         self.dirty = True
-        if dead:
+        if deferred:
+            pass  # counted by _defer; its delivery is counted where it is pushed again
+        elif dead:
             self.dead_lettered += 1
             self._m_dead.inc()
         else:
@@ -332,6 +403,7 @@ class PartitionRunner:
         """Stop starting pushes; give in-flight ones up to the drain timeout; abandon the rest
         (they stay unacknowledged and the next owner delivers them)."""
         self.closing = True
+        self._stop_waking()
         self.window.clear()
         if self._batches is not None:
             self._batches.close()
@@ -343,6 +415,7 @@ class PartitionRunner:
 
     async def fence(self) -> None:
         self.closing = True
+        self._stop_waking()
         self.window.clear()
         if self._batches is not None:
             self._batches.close()
@@ -360,6 +433,8 @@ class PartitionRunner:
         ends, so a head-of-line block is one line in the log, not one per sample."""
         working = self.sub.state == "active" and not self.closing
         working = working and (self.window.in_flight > 0 or self.window.pending > 0)
+        # Records not yet due (a delay level, a consumer delay) hold nothing up.
+        working = working and not (self._wake is not None and self.window.in_flight == 0)
         committed = self.merge.committed if self.merge is not None else None
         self._stall.observe(committed, working, now)
         event = self._stall.report(STALL_LOG_S)
@@ -400,6 +475,7 @@ class PartitionRunner:
             "retried": self.retried,
             "dead_lettered": self.dead_lettered,
             "filtered": self.filtered,
+            "deferred": self.deferred,
             "filter_errors": self.admission.errors,
             "filter": self.admission.document,
             "live": [[o, *v] for o, v in sorted(self.live.items())[:LIVE_SHOWN]],

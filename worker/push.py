@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import quote
 
 from ferry import log
@@ -31,6 +31,8 @@ CE_TYPE = "dev.ferry.kafka.record"
 BATCH_CONTENT_TYPE = "application/cloudevents-batch+json"
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 # Record headers Ferry never forwards: its own, hop-by-hop, and ones that would change the request.
+_CE_TRACE = frozenset({"ce-traceparent", "ce-tracestate"})
+"""The CloudEvents distributed-tracing extension: a record's own ones pass (worker/tracing.py)."""
 _NOT_FORWARDED = RESERVED_HEADERS | {"content-type", "expect", "upgrade", "te", "trailer", "keep-alive"}
 
 
@@ -120,7 +122,7 @@ def cloudevent_headers(
         if value is None or not HEADER_NAME_RE.fullmatch(name):
             continue
         lower = name.lower()
-        if lower.startswith("ce-") or lower in _NOT_FORWARDED:
+        if (lower.startswith("ce-") and lower not in _CE_TRACE) or lower in _NOT_FORWARDED:
             continue
         headers[name] = _header_value(value)
     content_type = record.header("content-type")
@@ -151,6 +153,13 @@ class PushResult(NamedTuple):
     error: str | None = None
 
 
+class Tracing(Protocol):
+    """Spans around pushes (worker/tracing.py)."""
+
+    def start(self, sub: Subscription, record: Record, attempt: int) -> tuple[Record, bytes, Any]: ...
+    def end(self, span: Any, result: PushResult) -> None: ...
+
+
 class PushClient:
     """The push path's HTTP client: one keep-alive pool per endpoint origin for the whole worker."""
 
@@ -163,12 +172,24 @@ class PushClient:
             tuple[str, str, int, Sequence[tuple[str, bytes | None]], str], tuple[Subscription, bytes]
         ] = {}
         self._key_lines: dict[bytes, bytes] = {}
+        self.tracing: Tracing | None = None
+        """OpenTelemetry spans around pushes (worker/tracing.py); None unless configured."""
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
         self._pool.close()
+
+    def hold_until(self, sub: Subscription, topic: str, partition: int) -> Callable[[Record], float] | None:
+        """For a partition whose records must not start before a time that rises with their
+        offsets: that time (epoch ms) per record, so the partition admits each record only then
+        instead of holding it in flight (see :meth:`worker.window.Window.take_due`). A consumer
+        delay (``delay_ms``) with ``ordering: none``; None otherwise."""
+        if sub.delay_ms and sub.ordering == "none":
+            wait = sub.delay_ms
+            return lambda r: r.timestamp_ms + wait
+        return None
 
     def header_lines(self, sub: Subscription, record: Record, attempt: int, kafka_cluster: str = "default") -> bytes:
         """The request's header lines: :func:`cloudevent_headers` plus the endpoint's own headers,
@@ -209,10 +230,21 @@ class PushClient:
         )
 
     async def push(self, sub: Subscription, record: Record, attempt: int, kafka_cluster: str = "default") -> PushResult:
+        tracing = self.tracing
+        if tracing is None:
+            return await self._post(sub, record, attempt, kafka_cluster)
+        untraced, trace_lines, span = tracing.start(sub, record, attempt)
+        result = await self._post(sub, untraced, attempt, kafka_cluster, trace_lines)
+        tracing.end(span, result)
+        return result
+
+    async def _post(
+        self, sub: Subscription, record: Record, attempt: int, kafka_cluster: str, extra: bytes = b""
+    ) -> PushResult:
         try:
             answer = await self._pool.post_lines(
                 sub.endpoint.url,
-                self.header_lines(sub, record, attempt, kafka_cluster),
+                self.header_lines(sub, record, attempt, kafka_cluster) + extra,
                 record.value or b"",
                 sub.endpoint.timeout_ms / 1000,
             )

@@ -22,6 +22,7 @@ import asyncio
 import base64
 import json
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from ferry import delay, internal, log, txn
@@ -40,6 +41,10 @@ CHECK_ANSWER_BYTES = 64 * 1024
 CHECK_TIMEOUT_S = 10.0
 
 
+LEVEL_LEAD_MS = 20
+"""A level's record enters the window this long before its level time is up; the sink sleeps the rest."""
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -50,7 +55,8 @@ class DelaySink:
     def __init__(self, producer: AsyncProducer, delay_topic: str) -> None:
         self._producer = producer
         self.delay_topic = delay_topic
-        self._levels = {delay.decade_topic(delay_topic, k): k for k in delay.DECADES}
+        self.levels = {delay.decade_topic(delay_topic, k): k for k in delay.DECADES}
+        """Level topic → its decade."""
         self.moved = self.delivered = self.invalid = 0
         self._waiting: dict[int, int] = {}  # id(task-local marker) → the next moment it acts (epoch ms)
         self.late_ms: list[int] = []  # recent lateness of delivered records (bounded)
@@ -63,7 +69,7 @@ class DelaySink:
             return await self._invalid(record, str(exc))
         marker = object()
         try:
-            decade = self._levels.get(record.topic)
+            decade = self.levels.get(record.topic)
             if decade is not None:  # out of a level: wait out that level's delay first
                 level = delay.Level(decade, record.partition + 1)
                 self._waiting[id(marker)] = min(due, record.timestamp_ms + level.delay_ms)
@@ -254,6 +260,18 @@ class Sinks(PushClient):
         }
         for name, read in figures.items():
             gauge.labels(name).set_function(read)
+
+    def hold_until(self, sub: Subscription, topic: str, partition: int) -> Callable[[Record], float] | None:
+        """A delay level's records start only shortly before their level time is up: a level
+        holds one constant delay, so its head is always the next due, and the records behind it
+        wait in the fetch buffer (bounded, the fetch paused) rather than in flight."""
+        if sub.name == internal.DELAY:
+            decade = self.delay.levels.get(topic)
+            if decade is None:
+                return None  # the entry topic: each record is routed at once
+            wait = delay.Level(decade, partition + 1).delay_ms - LEVEL_LEAD_MS
+            return lambda r: r.timestamp_ms + wait
+        return super().hold_until(sub, topic, partition)
 
     async def push(self, sub: Subscription, record: Record, attempt: int, kafka_cluster: str = "default") -> PushResult:
         if sub.name == internal.DELAY:

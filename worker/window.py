@@ -228,6 +228,24 @@ class Window(Generic[R]):
             out.sort(key=_offset)
         return out
 
+    def take_due(self, due_ms: Callable[[R], float], now_ms: float) -> tuple[list[R], float | None]:
+        """``ordering none`` only: like :meth:`take`, but the waiting records start in offset order
+        and only those with ``due_ms(record) <= now_ms``; also the due time of the first one held
+        back (None when none is). For records whose due times rise with their offsets (a delay
+        level, a constant consumer delay), so the head is always the next due."""
+        n = self.max_in_flight - len(self._taken)
+        free = self._free
+        out: list[R] = []
+        while free and len(out) < n:
+            head_due = due_ms(free[0])
+            if head_due > now_ms:
+                break
+            out.append(free.popleft())
+        self._taken.update(zip(map(_offset, out), repeat(_FREE_LANE)))
+        self.pending -= len(out)
+        held = due_ms(free[0]) if free and len(out) < n else None
+        return out, held
+
     def _take_free(self, n: int) -> list[R]:
         if n <= 0 or not self._free:
             return []

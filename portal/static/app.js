@@ -99,6 +99,7 @@ const FIELDS = [
   ["retry.max_attempts", "Max attempts", "number", ""],
   ["retry.initial_backoff_ms", "Initial backoff (ms)", "number", ""],
   ["retry.max_backoff_ms", "Max backoff (ms)", "number", ""],
+  ["retry.mode", "Retry mode", "select:memory,durable", "durable: a record waiting for a retry waits in the delay store, not in the window (ordering none only)"],
   ["dead_letter_topic", "Dead-letter topic", "text", "default <name>.dlq"],
   ["start_from", "Start from", "select:earliest,latest", "where a new subscription starts"],
   ["batch.max_records", "Batch: max records per POST", "number", "empty: one record per POST; set: CloudEvents batches"],

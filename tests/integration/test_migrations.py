@@ -28,7 +28,7 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_upgrade_is_idempotent_and_matches_models(db_url: str) -> None:
     runner.upgrade(db_url)
     runner.upgrade(db_url)
-    assert runner.current(db_url) == "0007"
+    assert runner.current(db_url) == "0008"
     runner.check(db_url)  # alembic check: autogenerate finds no drift
     engine = db.make_engine(db_url)
     try:
@@ -84,7 +84,7 @@ def test_ferry_migrate_command(tmp_path: Path) -> None:
         [sys.executable, "-m", "ferry.cli", "migrate"], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert runner.current(url) == "0007"
+    assert runner.current(url) == "0008"
 
 
 def test_unreachable_database_is_a_clear_error() -> None:
@@ -130,7 +130,7 @@ def test_0002_keeps_existing_subscriptions_single_record(empty_db_url: str) -> N
                 )
             )
         runner.upgrade(db_url)
-        assert runner.current(db_url) == "0007"
+        assert runner.current(db_url) == "0008"
         (old,) = db.load_subscriptions(engine)
         assert old.name == "old" and old.batch is None
     finally:
@@ -150,7 +150,7 @@ def test_0003_keeps_existing_tokens_and_adds_produce_topics(empty_db_url: str) -
                 {"h": db.hash_token("fy_old")},
             )
         runner.upgrade(empty_db_url)
-        assert runner.current(empty_db_url) == "0007"
+        assert runner.current(empty_db_url) == "0008"
         with db.session(engine) as s:
             old = db.find_token(s, "fy_old")
             assert old is not None and old.scope == "read" and old.topics is None

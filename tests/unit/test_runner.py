@@ -46,7 +46,7 @@ class Endpoint:
 class DeadLetters:
     sent: list[tuple[int, str, int]] = field(default_factory=list)  # (offset, reason, attempts)
 
-    async def send(self, topic: str, record: Record, error: str, attempts: int) -> None:
+    async def send(self, topic: str, record: Record, error: str, attempts: int, source: Any = None) -> None:
         self.sent.append((record.offset, error, attempts))
 
 
@@ -153,6 +153,35 @@ def test_a_filter_acknowledges_without_pushing() -> None:
     assert runner.filtered == 1 and runner.merge is not None and runner.merge.committed == 3
 
 
+def test_a_filter_on_the_contiguous_fetch_path_acknowledges_and_counts() -> None:
+    # The first fetch goes record by record (no offsets known yet); the next ones, contiguous,
+    # are split by the filter in one pass: rejected records are acknowledged, erring ones counted.
+    doc = {"name": "s", "topics": ["t"], "endpoint": {"url": "http://e/hook"}}
+    sub = parse({**doc, "filter": {"sql": "partitionkey LIKE 'eu%' AND INT(region) > 0"}})
+    endpoint = Endpoint({})
+
+    async def main() -> PartitionRunner:
+        ctx = Context("w1", endpoint, DeadLetters(), WorkerMetrics(), Lease(), 10_000, 1 << 30)  # type: ignore[arg-type]
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        keys = ["eu", "us", "eu-2", "us", "eu", "eu"]
+        regions = [b"1", b"1", b"1", b"1", b"x", b"2"]  # offset 4's region is no Integer: an error
+        records = [
+            Record("t", 0, i, k.encode(), b"v", [("region", r)], 0)
+            for i, (k, r) in enumerate(zip(keys, regions, strict=True))
+        ]
+        runner.feed(records[:2], None, None)
+        runner.feed(records[2:], None, None)
+        for _ in range(1000):
+            await asyncio.sleep(0.05)
+            if runner.merge is not None and runner.merge.committed == 6 and not runner._tasks:
+                break
+        return runner
+
+    runner = run(main())
+    assert runner.merge is not None and runner.merge.committed == 6
+    assert runner.filtered == 3 and runner.admission.errors == 1 and runner.delivered == 3
+
+
 def test_delay_ms_holds_each_record_until_its_time_plus_the_delay() -> None:
     # Records stamped "now" (time.time() at build) wait delay_ms before their first push.
     import time as _time
@@ -175,3 +204,50 @@ def test_delay_ms_holds_each_record_until_its_time_plus_the_delay() -> None:
     run(main())
     assert holder["early"] == [] and holder["live"][0][0] == "waiting_retry"
     assert holder["done"] == 1 and len(endpoint.pushes) == 1
+
+
+def test_records_held_until_due_start_on_time_and_hold_no_slot_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition whose client says when each record may start (a delay level, a consumer
+    delay): records wait in the buffer, not in flight, and each starts at its time."""
+    import types
+
+    from ferry.worker import partition as partition_module
+
+    epoch = 1_800_000_000.0
+    holder: dict[str, Any] = {}
+
+    class Held(Endpoint):
+        def hold_until(self, sub: Subscription, topic: str, partition: int) -> Any:
+            return lambda r: r.timestamp_ms + 5_000
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        monkeypatch.setattr(
+            partition_module, "time", types.SimpleNamespace(time=lambda: epoch + loop.time(), monotonic=loop.time)
+        )
+        endpoint = Held({})
+        ctx = Context("w1", endpoint, DeadLetters(), WorkerMetrics(), Lease(), 50, 1 << 30)  # type: ignore[arg-type]
+        sub = parse({"name": "s", "topics": ["t"], "endpoint": {"url": "http://e/h"}, "ordering": "none"})
+        paused: list[bool] = []
+        runner = PartitionRunner(
+            PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: paused.append(True), lambda: paused.append(False)
+        )
+        # 200 records stamped 10 ms apart, the first now: each may start 5 s after its stamp.
+        base_ms = int(epoch * 1000)
+        runner.feed([Record("t", 0, i, b"k", b"v", [], base_ms + 10 * i) for i in range(200)], 200, None)
+        await asyncio.sleep(4.9)
+        holder["early"] = (len(endpoint.pushes), runner.window.in_flight, paused[:1])
+        most = 0
+        for _ in range(400):
+            await asyncio.sleep(0.01)
+            most = max(most, runner.window.in_flight)
+        await asyncio.sleep(1)
+        holder["most_in_flight"] = most
+        holder["committed"] = runner.merge.committed if runner.merge else None
+        # Each record started no earlier than its time (virtual seconds from the first stamp).
+        holder["late_ms"] = [round((t - (5.0 + 0.01 * o)) * 1000, 3) for t, _, o, _ in endpoint.pushes]
+
+    run(main())
+    assert holder["early"] == (0, 0, [True])  # nothing started, nothing in flight; the fetch paused
+    assert holder["committed"] == 200 and holder["most_in_flight"] <= 3
+    assert len(holder["late_ms"]) == 200 and all(0 <= ms < 1 for ms in holder["late_ms"])

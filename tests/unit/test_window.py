@@ -364,3 +364,23 @@ def test_none_is_a_fifo_bounded_by_max_in_flight(seed: int) -> None:
             w.finish_offsets([r.offset for r in done] + [offset + 1000])  # and one never taken
         assert (w.in_flight, w.pending) == (len(in_flight), len(waiting))
     assert w.clear() == waiting
+
+
+@pytest.mark.parametrize(
+    ("limit", "dues", "now", "taken", "held"),
+    [
+        (10, [100, 200, 300], 250, [0, 1], 300),  # the due ones start; the next due is told
+        (10, [100, 200], 500, [0, 1], None),  # all due: nothing held
+        (1, [100, 200], 500, [0], None),  # the in-flight bound wins; no timer needed for it
+        (10, [400, 100], 250, [], 400),  # the head decides: nothing overtakes it
+        (10, [], 250, [], None),
+    ],
+)
+def test_take_due_starts_only_what_is_due_in_offset_order(
+    limit: int, dues: list[int], now: int, taken: list[int], held: int | None
+) -> None:
+    w: Window[Rec] = Window("none", limit)
+    w.add_many([Rec(i, b"k") for i in range(len(dues))])
+    out, next_due = w.take_due(lambda r: dues[r.offset], now)
+    assert [r.offset for r in out] == taken and next_due == held
+    assert w.in_flight == len(taken) and w.pending == len(dues) - len(taken)

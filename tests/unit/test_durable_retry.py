@@ -1,0 +1,217 @@
+"""Durable retries (worker/durable_retry.py): what a deferred record carries, how attempts count on
+across copies, and the partition runner in virtual time handing a failing record to the delay store
+instead of holding it — its partition's watermark moves on at once."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from ferry.errors import ValidationError
+from ferry.subscription import PartitionRef, Subscription, parse
+from ferry.worker import durable_retry
+from ferry.worker.context import Context, Lease
+from ferry.worker.deadletter import dead_letter_headers
+from ferry.worker.metrics import WorkerMetrics
+from ferry.worker.partition import PartitionRunner
+from ferry.worker.producer import ProduceFailed
+from ferry.worker.push import Record
+from tests.support.vtime import run
+from tests.unit.test_runner import DeadLetters, Endpoint
+
+DURABLE = {
+    "name": "s",
+    "topics": ["t"],
+    "endpoint": {"url": "http://e/hook"},
+    "ordering": "none",
+    "retry": {"mode": "durable", "max_attempts": 3, "initial_backoff_ms": 1000, "max_backoff_ms": 8000},
+}
+
+
+# --- the subscription field -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"ordering": "key"}, "need ordering 'none'"),
+        ({"ordering": "partition"}, "need ordering 'none'"),
+        ({"batch": {}}, "single-record push"),
+        ({"retry": {"mode": "disk"}}, "'memory' or 'durable'"),
+    ],
+)
+def test_durable_is_refused_where_it_cannot_hold(change: dict[str, Any], message: str) -> None:
+    doc = {**DURABLE, **change}
+    if "ordering" not in change and "retry" not in change:
+        doc["ordering"] = "none"
+    if "retry" in change:
+        doc["ordering"] = "none"
+    with pytest.raises(ValidationError) as err:
+        parse(doc)
+    assert err.value.field == "retry.mode" and message in str(err.value)
+
+
+def test_the_document_shows_the_mode_only_when_durable() -> None:
+    sub = parse(DURABLE)
+    assert sub.retry.mode == "durable" and sub.to_doc()["retry"]["mode"] == "durable"
+    assert parse(sub.to_doc(mask_secrets=False)) == sub
+    plain = parse({**DURABLE, "ordering": "key", "retry": {"max_attempts": 3}})
+    assert plain.retry.mode == "memory" and "mode" not in plain.to_doc()["retry"]
+    assert parse({**DURABLE, "retry": {"mode": "memory"}}).retry.mode == "memory"
+
+
+# --- headers ----------------------------------------------------------------------------------
+
+
+def rec(topic: str, offset: int, headers: list[tuple[str, bytes | None]]) -> Record:
+    return Record(topic, 2, offset, b"k", b"v", headers, 0)
+
+
+@pytest.mark.parametrize(
+    ("record", "source", "attempts_before"),
+    [
+        # Read from its own topic: the source is where it was read; no attempts before.
+        (rec("t", 7, [("app", b"1")]), (b"t", b"2", b"7"), 0),
+        # A copy in the retry topic: the first read's source stays, attempts count on.
+        (
+            rec(
+                "s.retry",
+                0,
+                [
+                    ("app", b"1"),
+                    ("ferry-source-topic", b"t"),
+                    ("ferry-source-partition", b"2"),
+                    ("ferry-source-offset", b"7"),
+                    ("ferry-retry-attempts", b"2"),
+                    ("ferry-deliver-at", b"123"),
+                    ("ferry-target-topic", b"s.retry"),
+                ],
+            ),
+            (b"t", b"2", b"7"),
+            2,
+        ),
+        # A copy without readable headers: counted from zero, its own place as source.
+        (rec("s.retry", 4, [("ferry-retry-attempts", b"x")]), (b"s.retry", b"2", b"4"), 0),
+    ],
+)
+def test_a_deferred_copy_keeps_where_it_was_first_read(
+    record: Record, source: tuple[bytes, bytes, bytes], attempts_before: int
+) -> None:
+    assert durable_retry.prior_attempts(record) == attempts_before
+    headers = durable_retry.deferred_headers(record, "s.retry", attempts_before + 1, 5000)
+    names = [k for k, _ in headers]
+    assert len(names) == len(set(names))  # routing replaced, never doubled
+    found = dict(headers)
+    assert (found["ferry-source-topic"], found["ferry-source-partition"], found["ferry-source-offset"]) == source
+    assert found["ferry-retry-attempts"] == str(attempts_before + 1).encode()
+    assert found["ferry-deliver-at"] == b"5000" and found["ferry-target-topic"] == b"s.retry"
+    assert found.get("app", b"1") == b"1"
+
+
+def test_a_dead_letter_of_a_retried_copy_names_the_first_read_and_drops_the_routing() -> None:
+    copy = rec(
+        "s.retry",
+        0,
+        [
+            ("ferry-source-topic", b"t"),
+            ("ferry-source-partition", b"2"),
+            ("ferry-source-offset", b"7"),
+            ("ferry-retry-attempts", b"2"),
+            ("ferry-deliver-at", b"1"),
+            ("ferry-target-topic", b"s.retry"),
+        ],
+    )
+    headers = dict(dead_letter_headers(copy, "HTTP 503", 3, durable_retry.source_of(copy)))
+    assert (headers["ferry-source-topic"], headers["ferry-source-offset"], headers["ferry-attempts"]) == (
+        b"t",
+        b"7",
+        b"3",
+    )
+    assert not {"ferry-retry-attempts", "ferry-deliver-at", "ferry-target-topic"} & set(headers)
+
+
+# --- the runner in virtual time -----------------------------------------------------------------
+
+
+@dataclass
+class Store:
+    """Stands in for the delay store: keeps what was deferred (or refuses it)."""
+
+    refuse: bool = False
+    sent: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, offset, attempts, due in ms from t)
+    copies: list[Record] = field(default_factory=list)
+
+    async def send(self, sub: Subscription, record: Record, attempts: int, due_ms: int) -> None:
+        if self.refuse:
+            raise ProduceFailed("broker down")
+        import time
+
+        self.sent.append((asyncio.get_running_loop().time(), record.offset, attempts, due_ms - int(time.time() * 1000)))
+        headers = durable_retry.deferred_headers(record, sub.retry_topic, attempts, due_ms)
+        self.copies.append(Record(sub.retry_topic, 0, len(self.copies), record.key, record.value, headers, 0))
+
+
+def durable_run(keys: list[str], script: dict[str, list[int]], store: Store, rounds: int = 1) -> dict[str, Any]:
+    """Feed the records; then, ``rounds`` times, feed the retry topic's runner what was deferred
+    (as the delay store would deliver it)."""
+    sub = parse(DURABLE)
+    endpoint, dead = Endpoint(script), DeadLetters()
+    out: dict[str, Any] = {"endpoint": endpoint, "dead": dead}
+
+    async def settle(runner: PartitionRunner, n: int) -> None:
+        for _ in range(2000):
+            await asyncio.sleep(0.05)
+            if runner.merge is not None and runner.merge.committed == n and not runner._tasks:
+                return
+
+    async def main() -> None:
+        ctx = Context("w1", endpoint, dead, WorkerMetrics(), Lease(), 10_000, 1 << 30, deferrals=store)  # type: ignore[arg-type]
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        runner.feed([Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(keys)], len(keys), None)
+        await settle(runner, len(keys))
+        out["committed"] = runner.merge.committed if runner.merge else None
+        out["source"] = (runner.delivered, runner.deferred, runner.retried)
+        retry = PartitionRunner(PartitionRef("s", "s.retry", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        fed = 0
+        for _ in range(rounds):
+            batch = store.copies[fed:]
+            retry.feed(batch, fed + len(batch), None)
+            fed += len(batch)
+            await settle(retry, fed)
+        out["retry"] = (retry.delivered, retry.deferred, retry.dead_lettered)
+
+    run(main())
+    return out
+
+
+def test_a_failing_record_leaves_the_window_and_counts_on_in_the_retry_topic() -> None:
+    store = Store()
+    out = durable_run(["a", "b", "c"], {"b": [503, 503]}, store, rounds=2)
+    endpoint: Endpoint = out["endpoint"]
+    # The source partition is done at once: b was handed over, not held.
+    assert out["committed"] == 3 and out["source"] == (2, 1, 0)
+    # b: attempt 1 failed → deferred with 1 attempt; attempt 2 (from the retry topic) failed →
+    # deferred with 2; attempt 3 delivered. Each wait is the policy's back-off (≤ its cap).
+    assert [(o, a) for _, o, a, _ in store.sent] == [(1, 1), (0, 2)]
+    assert all(0 <= due <= cap for (_, _, _, due), cap in zip(store.sent, (1000, 2000), strict=True))
+    b = [(topic_offset, attempt) for _, k, topic_offset, attempt in endpoint.pushes if k == "b"]
+    assert [a for _, a in b] == [1, 2, 3]
+    assert out["retry"] == (1, 1, 0) and out["dead"].sent == []
+
+
+def test_attempts_run_out_across_copies_then_dead_letter() -> None:
+    store = Store()
+    out = durable_run(["x"], {"x": [503] * 10}, store, rounds=2)
+    assert [a for _, _, a, _ in store.sent] == [1, 2]
+    assert [a for _, _, a in out["dead"].sent] == [3]  # max_attempts 3, in all
+    assert out["retry"] == (0, 1, 1)
+
+
+def test_when_the_delay_store_refuses_the_record_waits_in_memory() -> None:
+    store = Store(refuse=True)
+    out = durable_run(["x"], {"x": [503, 503]}, store, rounds=0)
+    assert store.sent == [] and out["committed"] == 1
+    assert [a for _, k, _, a in out["endpoint"].pushes] == [1, 2, 3] and out["source"] == (1, 0, 2)
