@@ -6,7 +6,6 @@ its producer left prepared."""
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 
 from ferry import kafka
 from ferry.devstack.embedded import ServiceProcess
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, internal_work_env
 from tests.support.endpoint import EndpointRecorder, Received, Reply
 from tests.support.gateway import client, gateway_process
 from tests.support.kafka import create_topic
@@ -37,17 +36,7 @@ def read(bootstrap: str, topic: str) -> list:  # type: ignore[type-arg]
 @pytest.fixture()
 def own(tmp_path: Path, zk_connect: str, kafka_bootstrap: str):  # type: ignore[no-untyped-def]
     """A cluster with internal work on, over delay and transaction topics of its own."""
-    tag = secrets.token_hex(3)
-    c = Cluster(
-        tmp_path,
-        zk_connect,
-        kafka_bootstrap,
-        FERRY_INTERNAL_WORK="true",
-        FERRY_DELAY_TOPIC=f"delay-{tag}",
-        FERRY_TXN_TOPIC=f"txn-{tag}",
-        FERRY_IDEMPOTENCY_TOPIC=f"idem-{tag}",
-        FERRY_TXN_MAX_CHECKS="3",
-    )
+    c = Cluster(tmp_path, zk_connect, kafka_bootstrap, **internal_work_env(FERRY_TXN_MAX_CHECKS="3"))
     c.coordinator("coord")
     yield c
     c.close()
@@ -174,3 +163,72 @@ def test_a_transaction_left_prepared_is_checked_and_committed(
     assert (m.key(), m.value(), dict(m.headers())["ferry-transaction-id"]) == (b"k", b"v", tid.encode())
     with httpx.Client() as h:
         assert h.get(endpoint.url + "/").status_code in (200, 404, 405)  # the endpoint is still up: no retries piled up
+
+
+def test_ten_thousand_delays_through_both_entry_points_arrive_once_and_never_early(
+    own: Cluster, tmp_path: Path, kafka_bootstrap: str, topic_name: str
+) -> None:
+    """10,000 records with random delays of 0-20 s, half through the gateway
+    (``delay_ms``, some ``deliver_at``), half by a plain producer's headers — all arrive, each
+    once, none before its due time."""
+    import random
+
+    rng = random.Random(17)
+    delay_topic = own.env["FERRY_DELAY_TOPIC"]
+    for w in [own.worker(f"w{i}") for i in range(2)]:
+        w.wait_ready(60)
+    create_topic(kafka_bootstrap, topic_name, 3)
+    until(
+        lambda: any(s == "ferry-internal.delay" for s, _, _ in own.assignment()),
+        timeout_s=30,
+        what="delay work planned",
+    )
+    gw: ServiceProcess = gateway_process(
+        tmp_path,
+        kafka_bootstrap,
+        own.db_url,
+        **{k: v for k, v in own.env.items() if k.startswith("FERRY_") and "TOPIC" in k},
+    ).start()
+    due: dict[str, int] = {}
+    try:
+        gw.wait_ready(60)
+        with client(gw) as c:
+            for batch in range(50):
+                records = []
+                for j in range(100):
+                    value, delay_ms = f"g{batch}-{j}", rng.randrange(0, 20_001)
+                    rec: dict[str, object] = {"key": f"k{j % 7}", "value": value, "headers": {"app": "1"}}
+                    if j % 10 == 0:
+                        rec["deliver_at"] = int(time.time() * 1000) + delay_ms
+                    else:
+                        rec["delay_ms"] = delay_ms
+                    records.append(rec)
+                r = c.post(f"/api/v1/topics/{topic_name}/records", json={"records": records})
+                assert r.status_code == 200, r.text
+                for rec, res in zip(records, r.json()["results"], strict=True):
+                    assert res.get("scheduled") is True, res
+                    due[str(rec["value"])] = res["deliver_at"]
+    finally:
+        gw.stop()
+    due.update(
+        schedule(kafka_bootstrap, delay_topic, topic_name, [(f"p{i}", rng.randrange(0, 20_001)) for i in range(5_000)])
+    )
+    assert len(due) == 10_000
+
+    def arrived() -> list | None:  # type: ignore[type-arg]
+        msgs = read(kafka_bootstrap, topic_name)
+        return msgs if len(msgs) >= 10_000 else None
+
+    msgs = until(arrived, timeout_s=90, what="10,000 delayed records delivered", interval_s=1.0)
+    values = [m.value().decode() for m in msgs]
+    assert len(values) == len(set(values)) == 10_000 and set(values) == set(due)  # each once
+    late = []
+    for m in msgs:
+        value = m.value().decode()
+        headers = dict(m.headers())
+        assert headers["ferry-deliver-at"] == str(due[value]).encode() and headers["app"] == b"1"
+        written_ms = m.timestamp()[1]
+        assert written_ms >= due[value], f"{value} written {due[value] - written_ms} ms early"
+        late.append(written_ms - due[value])
+    late.sort()
+    print(f"\n10,000 delays: lateness ms p50={late[5_000]} p99={late[9_900]} max={late[-1]}")

@@ -142,6 +142,19 @@ class Cluster:
         self.engine.dispose()
 
 
+def internal_work_env(**more: str) -> dict[str, str]:
+    """Settings of a cluster that runs Ferry's own work (the delay store, the back-checks) over
+    topics of its own, so that tests sharing the broker never see each other's."""
+    tag = secrets.token_hex(3)
+    return {
+        "FERRY_INTERNAL_WORK": "true",
+        "FERRY_DELAY_TOPIC": f"delay-{tag}",
+        "FERRY_TXN_TOPIC": f"txn-{tag}",
+        "FERRY_IDEMPOTENCY_TOPIC": f"idem-{tag}",
+        **more,
+    }
+
+
 def readyz(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:

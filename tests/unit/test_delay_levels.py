@@ -168,3 +168,53 @@ def test_check_delay_accepts_up_to_90_days_and_the_past() -> None:
     delay.check_delay(10**12 + 90 * DAY, 10**12)
     with pytest.raises(InvalidSchedule, match="90 days"):
         delay.check_delay(10**12 + 90 * DAY + 1, 10**12)
+
+
+# --- the delay store's sink in virtual time: a long delay cascades through the levels ------------
+
+
+@pytest.mark.parametrize("delay_ms", [3 * 3_600_000, 3 * 3_600_000 + 1_234, 119_000, 250, 7 * DAY + 5])
+def test_the_sink_cascades_a_record_through_the_levels_docs_promise(
+    delay_ms: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """worker/sinks.DelaySink with a virtual clock: each write to a level topic comes back as a
+    record of that level (as its owner would read it), until the record is written to its target
+    — no earlier than due, after exactly :func:`delay.level_writes` level writes."""
+    import asyncio
+
+    from ferry.worker import sinks
+    from ferry.worker.push import Record
+    from tests.support.vtime import run
+
+    epoch_ms = 1_800_000_000_000
+
+    def now_ms() -> int:
+        return epoch_ms + int(asyncio.get_running_loop().time() * 1000)
+
+    monkeypatch.setattr(sinks, "_now_ms", now_ms)
+    writes: list[tuple[str, int | None, int]] = []  # (topic, partition, at)
+
+    class Producer:
+        async def send(
+            self, topic: str, value: bytes | None, key: bytes | None, headers: object, partition: int | None = None
+        ) -> None:
+            writes.append((topic, partition, now_ms()))
+
+    async def main() -> None:
+        sink = sinks.DelaySink(Producer(), "__d")  # type: ignore[arg-type]
+        due = now_ms() + delay_ms
+        headers = [(delay.DELIVER_AT_HEADER, str(due).encode()), (delay.TARGET_TOPIC_HEADER, b"orders")]
+        record = Record("__d", 0, 0, b"k", b"v", headers, now_ms())
+        for _ in range(50):  # bounded: a cascade is at most a few dozen writes
+            result = await sink.push(record)
+            assert result.status == 200
+            topic, partition, at = writes[-1]
+            if topic == "orders":
+                assert at >= due and at - due < 5  # on time to the millisecond in virtual time
+                return
+            assert partition is not None
+            record = Record(topic, partition, len(writes), b"k", b"v", headers, at)
+        raise AssertionError(f"no delivery after {len(writes)} writes")
+
+    run(main())
+    assert len(writes) - 1 == delay.level_writes(delay_ms)
