@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench import naive_loop
+from bench import _results, naive_loop
 from bench._harness import Stack, cpu_seconds, rss_mb, steady_rate, sub
 
 # FERRY_BENCH_PROFILE=DIR profiles the worker with cProfile (where does its time go?).
@@ -68,6 +68,44 @@ def run_ferry(s: Stack, topic: str, n: int, name: str, extra: dict[str, Any]) ->
         w.stop()
 
 
+FILTER = "kafkapartition >= 0 AND LENGTH(partitionkey) > 0 AND type <> 'x' AND source <> 'y'"
+
+
+def filter_cost(s: Stack, n: int, window: int, rounds: int = 3) -> None:
+    """The same worker on the same records, without a filter and with a four-clause CESQL filter
+    that passes every record: what filtering costs a worker pushing to a real endpoint. The two
+    alternate ``rounds`` times (warm-up and a busy neighbour hit both alike); each row shows its
+    median round."""
+    cases = (
+        ("no filter", {"max_in_flight": window}),
+        ("CESQL, 4 clauses, passes all", {"max_in_flight": window, "filter": {"sql": FILTER}}),
+    )
+    runs: dict[str, list[tuple[float, float]]] = {label: [] for label, _ in cases}
+    for i in range(rounds):
+        for j, (label, extra) in enumerate(cases):
+            s.reset()
+            cpu, _ = run_ferry(s, "bench", n, f"bench-{i}-{j}", extra)
+            rate = steady_rate(s.stats(), n)
+            runs[label].append((rate, n / cpu))
+            print(f"round {i + 1}: {label:32} {rate:10,.0f} records/s {n / cpu:10,.0f} records/CPU-s", flush=True)
+    rows = []
+    for label, _ in cases:
+        rates = sorted(r for r, _ in runs[label])
+        per_cpu = sorted(c for _, c in runs[label])
+        rows.append([label, rates[len(rates) // 2], per_cpu[len(per_cpu) // 2]])
+    base = rows[0]
+    table = [
+        [r[0], f"{r[1]:,.0f}", f"{r[2]:,.0f}", f"{r[1] / base[1] - 1:+.1%}", f"{r[2] / base[2] - 1:+.1%}"] for r in rows
+    ]
+    _results.save(
+        "filter_worker",
+        f"python3 bench/delivery.py --filter-only --records {n}",
+        ["worker, 12 partitions, HTTP endpoint", "records/s", "records/CPU-s", "records/s change", "per CPU change"],
+        table,
+        f"ordering=key, {window} in flight per partition, one endpoint process; median of {rounds} alternating rounds",
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200_000)
@@ -75,11 +113,19 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=200)
     ap.add_argument("--in-flight", type=int, default=128)
     ap.add_argument("--rss-records", type=int, default=12_000)
+    ap.add_argument(
+        "--filter-only",
+        action="store_true",
+        help="only the worker, without and with a CESQL filter that passes every record",
+    )
     a = ap.parse_args()
     with Stack() as s:
         print(f"producing {a.records:,} records ({a.keys} keys, {a.partitions} partitions, 100 B)...", flush=True)
         produce(s.bootstrap, "bench", a.partitions, a.records, a.keys, 100)
         per_partition_window = max(1, a.in_flight // a.partitions)
+        if a.filter_only:
+            filter_cost(s, a.records, per_partition_window)
+            return
 
         s.reset()
         cpu0 = time.process_time()
