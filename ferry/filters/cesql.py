@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lark import Lark, UnexpectedInput
+from lark import Lark, Token, Tree, UnexpectedInput
 
 from ferry.filters.cesql_codegen import matcher
 from ferry.filters.cesql_eval import Node, build
@@ -117,6 +117,31 @@ def _closure_matches(root: Node) -> Callable[[Event], tuple[bool, bool]]:
     return matches
 
 
+MAX_DEPTH = 200
+"""How deeply operators may nest (``a OR b OR c`` nests one level per ``OR``). Deeper expressions
+are refused when registered: evaluating them would exhaust Python's stack in the worker."""
+
+
+_CHAINS = frozenset({"cmp", "add", "mul"})
+
+
+def _too_deep(tree: Tree[Token]) -> tuple[int, Token | None] | None:
+    """The nesting depth and the deepest token when beyond :data:`MAX_DEPTH`, else None (walks
+    the tree without recursion, so any input is measured)."""
+    deepest, where = 0, None
+    stack: list[tuple[Tree[Token] | Token, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Token):
+            if depth > deepest:
+                deepest, where = depth, node
+            continue
+        # a chain of one precedence (a + b + c) is one flat node, evaluated as nested pairs
+        step = max(1, (len(node.children) - 1) // 2) if node.data in _CHAINS else 1
+        stack.extend((child, depth + step) for child in node.children)
+    return (deepest, where) if deepest > MAX_DEPTH else None
+
+
 def compile(source: str) -> Expression:
     try:
         tree = _PARSER.parse(source)
@@ -127,6 +152,15 @@ def compile(source: str) -> Expression:
         if token is not None and str(token):
             what = f"unexpected {str(token)!r}"
         raise CesqlParseError(what, line, column, exc.get_context(source).rstrip()) from None
+    deep = _too_deep(tree)
+    if deep is not None:
+        depth, token = deep
+        raise CesqlParseError(
+            f"the expression nests {depth} levels deep, at most {MAX_DEPTH} are allowed (a long chain of "
+            "OR over one attribute is shorter as x IN (...); or split the filter with the 'any' dialect)",
+            (token.line or 1) if token is not None else 1,
+            (token.column or 1) if token is not None else 1,
+        )
     root = build(tree)
     used = {str(t.children[0]).upper() for t in tree.iter_subtrees() if t.data == "call"}
     return Expression(source, root, frozenset(used), matcher(tree) or _closure_matches(root))

@@ -60,6 +60,7 @@ def test_dialects(doc: Any, attrs: dict[str, str], passes: bool) -> None:
         ({"any": [{"exact": {"a": "1"}}, {"sql": "a ="}]}, "filter.any[1].sql"),
         ({"not": {"sql": ""}}, "filter.not.sql"),
         ({"sql": "NOPE(a)"}, "filter.sql"),
+        ({"any": [{"sql": " OR ".join(["a = 'x'"] * 1000)}]}, "filter.any[0].sql"),
     ],
 )
 def test_invalid_filters_name_their_field(doc: Any, field: str) -> None:

@@ -162,7 +162,7 @@ def test_the_worker_attribute_view_takes_the_string_paths() -> None:
 
 
 def test_a_long_and_chain_is_generated_flat() -> None:
-    source = " AND ".join(["s = 'abc'"] * 300)
+    source = " AND ".join(["s = 'abc'"] * 190)
     assert cesql_codegen.matcher(cesql._PARSER.parse(source)) is not None
     assert compile(source).matches(EVENTS[0]) == (True, False) and compile(source).matches({}) == (False, True)
 
@@ -173,6 +173,48 @@ def test_an_expression_too_deep_to_generate_falls_back_to_the_closures() -> None
     expr = compile(source)
     assert expr.matches(EVENTS[0]) == (True, False) and expr.matches({}) == (False, True)
     assert expr.matches({"i": "x"}) == (False, True) and expr.matches({"i": 1}) == (False, False)
+
+
+DEEP = [
+    " OR ".join(["s = 'x'"] * 1000),
+    " + ".join(["i"] * 300) + " = 1",
+    "NOT " * 250 + "TRUE",
+    "UPPER(" * 250 + "s" + ")" * 250 + " = 'ABC'",
+    "1 = " + " = ".join(["1"] * 250),
+]
+
+
+@pytest.mark.parametrize("source", DEEP)
+def test_an_expression_nested_beyond_the_bound_is_refused_where_it_is_deepest(source: str) -> None:
+    with pytest.raises(cesql.CesqlParseError, match=r"nests \d+ levels deep, at most 200") as e:
+        compile(source)
+    assert e.value.line == 1 and e.value.column > 1
+
+
+AT_THE_BOUND = [
+    " OR ".join(["s = 'x'"] * 199),
+    " AND ".join(["s = 'abc'"] * 199),
+    " + ".join(["i"] * 199) + " = 1393",
+    "NOT " * 199 + "FALSE",
+    "-" * 198 + "7 = 7",
+    "UPPER(" * 198 + "s" + ")" * 198 + " = 'ABC'",
+]
+
+
+@pytest.mark.parametrize("source", AT_THE_BOUND)
+def test_what_the_bound_admits_evaluates_on_a_worker_sized_stack(source: str) -> None:
+    import sys
+
+    expr = compile(source)
+    closures = cesql._closure_matches(expr._root)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(600)  # a worker evaluates ~50 frames deep; Python allows 1,000
+    try:
+        verdicts = {expr.matches(EVENTS[0]), closures(EVENTS[0]), expr.matches({})}
+    finally:
+        sys.setrecursionlimit(limit)
+    assert verdicts <= {(True, False), (False, False), (False, True)}
+    assert expr.matches(EVENTS[0]) == closures(EVENTS[0])
 
 
 # --- a seeded random sweep over the grammar ---------------------------------------------------
