@@ -1,8 +1,10 @@
 """Settings: one frozen dataclass tree, loaded from ``ferry.toml`` and the environment (env wins).
 
-Every setting has one entry in :data:`SETTINGS` naming its environment variable, its place in
-the tree, its type and its default. ``docs/operations.md`` lists them all; ``ferry config``
-prints the effective values with secrets masked.
+Every setting is a field of the tree declared with :func:`setting` (its environment variable,
+parser and secrecy beside its type and default) and described by the docstring under it.
+:data:`SETTINGS` is derived from those fields, and the table in ``docs/operations.md`` is
+generated from them (``python3 -m ferry.settings_doc``); ``ferry config`` prints the effective
+values with secrets masked, and :func:`value` reads one setting alone.
 
 A ``ferry.toml`` may use either the environment name (``FERRY_ZK_CONNECT = "..."``) or the
 lower-case name without the prefix (``zk_connect = "..."``), at top level.
@@ -23,12 +25,79 @@ from typing import Any
 
 from ferry.errors import ConfigError
 
+# --- how a setting's text becomes its value ------------------------------------------------
+
+
+def _int(name: str, raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ConfigError(name, f"expected an integer, got {raw!r}")
+    try:
+        return int(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(name, f"expected an integer, got {raw!r}") from None
+
+
+def _bool(name: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(name, f"expected true or false, got {raw!r}")
+
+
+def _str(name: str, raw: Any) -> str:
+    return str(raw)
+
+
+def _csv(name: str, raw: Any) -> tuple[str, ...]:
+    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
+    return tuple(str(i).strip() for i in items if str(i).strip())
+
+
+def _json_object(name: str, raw: Any) -> dict[str, Any]:
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(name, f"expected a JSON object of librdkafka settings: {exc}") from None
+    if not isinstance(value, dict):
+        raise ConfigError(name, "expected a JSON object of librdkafka settings")
+    return value
+
+
+_BY_TYPE: dict[str, Callable[[str, Any], Any]] = {"str": _str, "int": _int, "bool": _bool, "tuple[str, ...]": _csv}
+"""The parser of a setting whose field does not name one, by the field's annotation."""
+
+
+def setting(
+    env: str,
+    default: Any = dataclasses.MISSING,
+    *,
+    factory: Callable[[], Any] | None = None,
+    parse: Callable[[str, Any], Any] | None = None,
+    secret: bool = False,
+) -> Any:
+    """A field of the settings tree that is a setting: ``env`` names its environment variable
+    (and its ``ferry.toml`` key); ``parse`` turns its text into the value (by default, from the
+    field's type); a ``secret`` one is masked wherever settings are shown."""
+    meta = {"env": env, "parse": parse, "secret": secret}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+# --- the settings tree ----------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ZooKeeperSettings:
-    connect: str = "127.0.0.1:2181"
+    connect: str = setting("FERRY_ZK_CONNECT", "127.0.0.1:2181")
     """ZooKeeper connect string (``host:port[,host:port...]``)."""
-    session_timeout_ms: int = 10_000
+    session_timeout_ms: int = setting("FERRY_ZK_SESSION_TIMEOUT_MS", 10_000)
     """A worker silent for this long loses its session and, with it, its partitions."""
 
 
@@ -50,28 +119,63 @@ class KafkaCluster:
     """The zone whose workers consume it while any is alive."""
 
 
+def _clusters(name: str, raw: Any) -> dict[str, KafkaCluster]:
+    """``FERRY_KAFKA_CLUSTERS``: ``{"dc2": {"bootstrap": "...", "config": {...}, "zone": "dc2"}}``."""
+    try:
+        doc = raw if isinstance(raw, Mapping) else json.loads(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(name, f"expected a JSON object of cluster name to settings: {exc}") from None
+    if not isinstance(doc, Mapping):
+        raise ConfigError(name, 'expected a JSON object, e.g. {"dc2": {"bootstrap": "kafka.dc2:9092", "zone": "dc2"}}')
+    out: dict[str, KafkaCluster] = {}
+    for cluster, spec in doc.items():
+        where = f"{name}.{cluster}"
+        if cluster == DEFAULT_KAFKA_CLUSTER:
+            raise ConfigError(where, "'default' is the cluster of FERRY_KAFKA_BOOTSTRAP; give this one another name")
+        if not isinstance(cluster, str) or not CLUSTER_NAME_RE.fullmatch(cluster):
+            raise ConfigError(where, "a cluster name must match [a-z0-9][a-z0-9_-]{0,39}")
+        if not isinstance(spec, Mapping):
+            raise ConfigError(where, 'expected an object: {"bootstrap": "...", "config": {...}, "zone": "..."}')
+        extra = set(spec) - {"bootstrap", "config", "zone"}
+        if extra:
+            raise ConfigError(f"{where}.{sorted(extra)[0]}", "unknown field; allowed: bootstrap, config, zone")
+        bootstrap, config, zone = spec.get("bootstrap"), spec.get("config", {}), spec.get("zone", "")
+        if not isinstance(bootstrap, str) or not bootstrap:
+            raise ConfigError(f"{where}.bootstrap", "is required: the cluster's bootstrap servers (host:port,...)")
+        if not isinstance(config, Mapping):
+            raise ConfigError(f"{where}.config", "must be an object of librdkafka settings")
+        if not isinstance(zone, str):
+            raise ConfigError(f"{where}.zone", "must be a zone name (a string)")
+        out[cluster] = KafkaCluster(bootstrap, dict(config), zone)
+    return out
+
+
 @dataclass(frozen=True)
 class KafkaSettings:
-    bootstrap: str = "127.0.0.1:9092"
+    bootstrap: str = setting("FERRY_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     """Kafka bootstrap servers."""
-    config: Mapping[str, Any] = field(default_factory=dict)
-    """Extra librdkafka settings (security, SASL, TLS) applied to every client."""
-    offsets_topic: str = "__ferry_offsets"
-    """The log-compacted topic holding each partition's merged offset state."""
-    fetch_wait_max_ms: int = 10
-    """How long the broker may hold a fetch for data; it bounds idle delivery latency."""
-    delay_topic: str = "__ferry_delay"
+    config: Mapping[str, Any] = setting("FERRY_KAFKA_CONFIG", factory=dict, parse=_json_object, secret=True)
+    """Extra librdkafka settings as a JSON object (``security.protocol``, ``sasl.*``, ``ssl.*``),
+    applied to every client of the ``default`` cluster."""
+    offsets_topic: str = setting("FERRY_OFFSETS_TOPIC", "__ferry_offsets")
+    """The log-compacted topic holding each partition's merged offset state (created if missing;
+    one in each Kafka cluster)."""
+    fetch_wait_max_ms: int = setting("FERRY_FETCH_WAIT_MAX_MS", 10)
+    """How long the broker may hold a fetch for data: the main latency knob (it bounds idle
+    delivery latency)."""
+    delay_topic: str = setting("FERRY_DELAY_TOPIC", "__ferry_delay")
     """Where delayed records wait to be scheduled (plain producers write here with ``ferry-deliver-at``
-    and ``ferry-target-topic``; invalid ones go to ``<delay_topic>.dlq``)."""
-    txn_topic: str = "__ferry_txn"
-    """The transaction log: prepared (half) messages and their outcomes."""
-    idempotency_topic: str = "__ferry_idempotency"
+    and ``ferry-target-topic``; invalid ones go to ``<FERRY_DELAY_TOPIC>.dlq``)."""
+    txn_topic: str = setting("FERRY_TXN_TOPIC", "__ferry_txn")
+    """The transaction log: prepared (half) messages and their outcomes (docs/transactions.md)."""
+    idempotency_topic: str = setting("FERRY_IDEMPOTENCY_TOPIC", "__ferry_idempotency")
     """The gateway's memory of ``Idempotency-Key`` answers (log-compacted, 24 h)."""
-    clusters: Mapping[str, KafkaCluster] = field(default_factory=dict)
-    """Further Kafka clusters by name (``FERRY_KAFKA_CLUSTERS``, docs/zones.md): a subscription
-    listing one in ``clusters`` consumes its topics there too."""
-    default_zone: str = ""
-    """The zone of the ``default`` cluster (the one of ``bootstrap``)."""
+    clusters: Mapping[str, KafkaCluster] = setting("FERRY_KAFKA_CLUSTERS", factory=dict, parse=_clusters, secret=True)
+    """Further Kafka clusters as JSON, ``{"dc2": {"bootstrap": ..., "config": {...}, "zone": ...}}``
+    (docs/zones.md): a subscription listing one in ``clusters`` consumes its topics there too.
+    ``ferry config`` shows each one's bootstrap and zone."""
+    default_zone: str = setting("FERRY_DEFAULT_KAFKA_ZONE", "")
+    """The zone of the ``default`` cluster (the one of ``FERRY_KAFKA_BOOTSTRAP``)."""
     name: str = DEFAULT_KAFKA_CLUSTER
     """Which cluster these settings reach (see :meth:`for_cluster`)."""
 
@@ -106,31 +210,32 @@ class KafkaSettings:
 
 @dataclass(frozen=True)
 class DatabaseSettings:
-    url: str = "sqlite:///ferry.db"
-    """SQLAlchemy URL of the metadata database."""
+    url: str = setting("FERRY_DB_URL", "sqlite:///ferry.db", secret=True)
+    """SQLAlchemy URL of the metadata database (``mysql+pymysql://…`` in production)."""
 
 
 @dataclass(frozen=True)
 class WorkerSettings:
-    id: str = ""
+    id: str = setting("FERRY_WORKER_ID", "")
     """A worker's stable id; empty means hostname + pid."""
-    metrics_port: int = 9101
-    """Port of the worker's ``/metrics`` and ``/healthz`` (0 picks a free one)."""
-    drain_timeout_ms: int = 10_000
-    """On release, how long in-flight deliveries may finish before they are abandoned."""
-    offset_flush_interval_ms: int = 500
+    metrics_port: int = setting("FERRY_WORKER_METRICS_PORT", 9101)
+    """Port of the worker's ``/metrics``, ``/healthz``, ``/readyz`` and ``/stats`` (0 picks a free one)."""
+    drain_timeout_ms: int = setting("FERRY_DRAIN_TIMEOUT_MS", 10_000)
+    """On release or SIGTERM, how long in-flight pushes may finish before they are abandoned; the
+    final offset writes then get half of it (1–10 s). See "Shutdown" below."""
+    offset_flush_interval_ms: int = setting("FERRY_OFFSET_FLUSH_INTERVAL_MS", 500)
     """How often each partition's offset state is written to the offsets topic."""
-    prefetch_records: int = 2_000
+    prefetch_records: int = setting("FERRY_PREFETCH_RECORDS", 2_000)
     """Records fetched ahead per partition before the partition's fetch is paused."""
-    prefetch_bytes: int = 16 * 1024 * 1024
+    prefetch_bytes: int = setting("FERRY_PREFETCH_BYTES", 16 * 1024 * 1024)
     """Bytes fetched ahead per partition before the partition's fetch is paused."""
-    prefetch_budget_bytes: int = 128 * 1024 * 1024
+    prefetch_budget_bytes: int = setting("FERRY_PREFETCH_BUDGET_BYTES", 128 * 1024 * 1024)
     """Bytes fetched ahead by the whole worker: each partition's bound is at most this divided by
     the partitions the worker owns (never below 64 KiB), so memory does not grow with them."""
 
-    native: bool = True
+    native: bool = setting("FERRY_NATIVE", True)
     """Use the C speedups when they are built; ``false`` runs the pure-Python path."""
-    zone: str = ""
+    zone: str = setting("FERRY_ZONE", "")
     """This worker's zone (datacenter, availability zone): it is given the partitions of the
     Kafka clusters of its zone, and others' only while their zone has no live worker."""
 
@@ -140,75 +245,76 @@ class WorkerSettings:
 
 @dataclass(frozen=True)
 class CoordinatorSettings:
-    metrics_port: int = 9102
-    """Port of the coordinator's ``/metrics`` and ``/healthz`` (0 picks a free one)."""
-    subscription_poll_ms: int = 5_000
+    metrics_port: int = setting("FERRY_COORDINATOR_METRICS_PORT", 9102)
+    """Port of the coordinator's ``/metrics``, ``/healthz`` and ``/readyz`` (0 picks a free one)."""
+    subscription_poll_ms: int = setting("FERRY_SUBSCRIPTION_POLL_MS", 5_000)
     """Fallback poll of the metadata database; changes made in the portal arrive at once."""
-    topic_poll_ms: int = 10_000
+    topic_poll_ms: int = setting("FERRY_TOPIC_POLL_MS", 10_000)
     """How often partition counts of subscribed topics are re-read (new partitions)."""
-    internal_work: bool = True
+    internal_work: bool = setting("FERRY_INTERNAL_WORK", True)
     """Plan Ferry's own work (the delay store, transaction back-checks) onto the workers. Turn it
     off only for a cluster that never takes delayed or transactional records."""
 
 
 @dataclass(frozen=True)
 class PortalSettings:
-    host: str = "127.0.0.1"
+    host: str = setting("FERRY_PORTAL_HOST", "127.0.0.1")
     """Address the portal listens on."""
-    port: int = 8080
+    port: int = setting("FERRY_PORTAL_PORT", 8080)
     """Port of the portal (REST API, UI, ``/metrics``, ``/healthz``)."""
-    admin_token: str = ""
+    admin_token: str = setting("FERRY_ADMIN_TOKEN", "", secret=True)
     """Bootstrap admin API token; the portal refuses to start without one."""
-    endpoint_allow: tuple[str, ...] = ()
+    endpoint_allow: tuple[str, ...] = setting("FERRY_ENDPOINT_ALLOW", ())
     """CIDRs or host patterns push endpoints may target; empty = any but link-local/metadata."""
-    max_body_bytes: int = 1024 * 1024
-    """Largest request body the API accepts."""
+    max_body_bytes: int = setting("FERRY_MAX_BODY_BYTES", 1024 * 1024)
+    """Largest request body the portal's and the gateway's APIs accept."""
 
 
 @dataclass(frozen=True)
 class GatewaySettings:
-    host: str = "127.0.0.1"
+    host: str = setting("FERRY_GATEWAY_HOST", "127.0.0.1")
     """Address the gateway listens on."""
-    port: int = 8081
+    port: int = setting("FERRY_GATEWAY_PORT", 8081)
     """Port of the gateway (produce API, ``/metrics``, ``/healthz``)."""
-    max_in_flight_bytes: int = 64 * 1024 * 1024
+    max_in_flight_bytes: int = setting("FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES", 64 * 1024 * 1024)
     """Bytes of records accepted but not yet acknowledged by the brokers; beyond it requests are
     answered 503 with ``Retry-After`` at once, so memory stays bounded whatever the load."""
-    produce_timeout_ms: int = 15_000
+    produce_timeout_ms: int = setting("FERRY_GATEWAY_PRODUCE_TIMEOUT_MS", 15_000)
     """How long a record may wait for the brokers' acknowledgement before its request gives up on it."""
-    token_cache_ms: int = 10_000
+    token_cache_ms: int = setting("FERRY_GATEWAY_TOKEN_CACHE_MS", 10_000)
     """How long a token looked up in the database is trusted: a token revoked in the portal stops
     working within this time. Known tokens keep working while the database is down."""
-    read_timeout_ms: int = 10_000
+    read_timeout_ms: int = setting("FERRY_GATEWAY_READ_TIMEOUT_MS", 10_000)
     """A client must send a request's headers and body within this time (slow clients are cut off)."""
-    linger_ms: int = 5
+    linger_ms: int = setting("FERRY_GATEWAY_LINGER_MS", 5)
     """How long the producer waits to fill a batch: requests from many clients share batches."""
-    txn_max_checks: int = 15
+    txn_max_checks: int = setting("FERRY_TXN_MAX_CHECKS", 15)
     """Back-checks of a transaction answered unknown before it is rolled back."""
 
 
 @dataclass(frozen=True)
 class SparkSettings:
-    master: str = ""
+    master: str = setting("FERRY_SPARK_MASTER", "")
     """Spark master URL for ``ferry replay``; empty = ``local[*]`` (or what ``spark-submit`` says)."""
-    shuffle_partitions: int = 8
+    shuffle_partitions: int = setting("FERRY_SPARK_SHUFFLE_PARTITIONS", 8)
     """``spark.sql.shuffle.partitions`` of the replay job."""
-    driver_memory: str = "2g"
+    driver_memory: str = setting("FERRY_SPARK_DRIVER_MEMORY", "2g")
     """``spark.driver.memory`` of the replay job."""
 
 
 @dataclass(frozen=True)
 class LogSettings:
-    level: str = "INFO"
-    format: str = "json"
+    level: str = setting("FERRY_LOG_LEVEL", "INFO")
+    """The lowest level logged: ``DEBUG``, ``INFO``, ``WARNING`` or ``ERROR``."""
+    format: str = setting("FERRY_LOG_FORMAT", "json")
     """``json`` (one object per line) or ``text`` (``key=value``)."""
 
 
 @dataclass(frozen=True)
 class Settings:
-    cluster: str = "default"
+    cluster: str = setting("FERRY_CLUSTER", "default")
     """Cluster name; every znode lives under ``/ferry/<cluster>``."""
-    metrics_host: str = "127.0.0.1"
+    metrics_host: str = setting("FERRY_METRICS_HOST", "127.0.0.1")
     """Address the worker's and coordinator's ``/metrics``/``/healthz`` servers listen on (``0.0.0.0`` in a pod)."""
     zookeeper: ZooKeeperSettings = field(default_factory=ZooKeeperSettings)
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
@@ -221,78 +327,6 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
 
 
-def _int(name: str, raw: Any) -> int:
-    if isinstance(raw, bool):
-        raise ConfigError(name, f"expected an integer, got {raw!r}")
-    try:
-        return int(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(name, f"expected an integer, got {raw!r}") from None
-
-
-def _json_object(name: str, raw: Any) -> dict[str, Any]:
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    try:
-        value = json.loads(raw)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(name, f"expected a JSON object of librdkafka settings: {exc}") from None
-    if not isinstance(value, dict):
-        raise ConfigError(name, "expected a JSON object of librdkafka settings")
-    return value
-
-
-def _clusters(name: str, raw: Any) -> dict[str, KafkaCluster]:
-    """``FERRY_KAFKA_CLUSTERS``: ``{"dc2": {"bootstrap": "...", "config": {...}, "zone": "dc2"}}``."""
-    try:
-        doc = raw if isinstance(raw, Mapping) else json.loads(raw)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(name, f"expected a JSON object of cluster name to settings: {exc}") from None
-    if not isinstance(doc, Mapping):
-        raise ConfigError(name, 'expected a JSON object, e.g. {"dc2": {"bootstrap": "kafka.dc2:9092", "zone": "dc2"}}')
-    out: dict[str, KafkaCluster] = {}
-    for cluster, spec in doc.items():
-        where = f"{name}.{cluster}"
-        if cluster == DEFAULT_KAFKA_CLUSTER:
-            raise ConfigError(where, "'default' is the cluster of FERRY_KAFKA_BOOTSTRAP; give this one another name")
-        if not isinstance(cluster, str) or not CLUSTER_NAME_RE.fullmatch(cluster):
-            raise ConfigError(where, "a cluster name must match [a-z0-9][a-z0-9_-]{0,39}")
-        if not isinstance(spec, Mapping):
-            raise ConfigError(where, 'expected an object: {"bootstrap": "...", "config": {...}, "zone": "..."}')
-        extra = set(spec) - {"bootstrap", "config", "zone"}
-        if extra:
-            raise ConfigError(f"{where}.{sorted(extra)[0]}", "unknown field; allowed: bootstrap, config, zone")
-        bootstrap, config, zone = spec.get("bootstrap"), spec.get("config", {}), spec.get("zone", "")
-        if not isinstance(bootstrap, str) or not bootstrap:
-            raise ConfigError(f"{where}.bootstrap", "is required: the cluster's bootstrap servers (host:port,...)")
-        if not isinstance(config, Mapping):
-            raise ConfigError(f"{where}.config", "must be an object of librdkafka settings")
-        if not isinstance(zone, str):
-            raise ConfigError(f"{where}.zone", "must be a zone name (a string)")
-        out[cluster] = KafkaCluster(bootstrap, dict(config), zone)
-    return out
-
-
-def _csv(name: str, raw: Any) -> tuple[str, ...]:
-    items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
-    return tuple(str(i).strip() for i in items if str(i).strip())
-
-
-def _bool(name: str, raw: Any) -> bool:
-    if isinstance(raw, bool):
-        return raw
-    text = str(raw).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(name, f"expected true or false, got {raw!r}")
-
-
-def _str(name: str, raw: Any) -> str:
-    return str(raw)
-
-
 @dataclass(frozen=True)
 class Setting:
     env: str
@@ -301,53 +335,21 @@ class Setting:
     secret: bool = False
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("FERRY_CLUSTER", "cluster", _str),
-    Setting("FERRY_METRICS_HOST", "metrics_host", _str),
-    Setting("FERRY_ZK_CONNECT", "zookeeper.connect", _str),
-    Setting("FERRY_ZK_SESSION_TIMEOUT_MS", "zookeeper.session_timeout_ms", _int),
-    Setting("FERRY_KAFKA_BOOTSTRAP", "kafka.bootstrap", _str),
-    Setting("FERRY_KAFKA_CONFIG", "kafka.config", _json_object, secret=True),
-    Setting("FERRY_OFFSETS_TOPIC", "kafka.offsets_topic", _str),
-    Setting("FERRY_KAFKA_CLUSTERS", "kafka.clusters", _clusters, secret=True),
-    Setting("FERRY_DEFAULT_KAFKA_ZONE", "kafka.default_zone", _str),
-    Setting("FERRY_ZONE", "worker.zone", _str),
-    Setting("FERRY_FETCH_WAIT_MAX_MS", "kafka.fetch_wait_max_ms", _int),
-    Setting("FERRY_DB_URL", "database.url", _str, secret=True),
-    Setting("FERRY_WORKER_ID", "worker.id", _str),
-    Setting("FERRY_WORKER_METRICS_PORT", "worker.metrics_port", _int),
-    Setting("FERRY_DRAIN_TIMEOUT_MS", "worker.drain_timeout_ms", _int),
-    Setting("FERRY_OFFSET_FLUSH_INTERVAL_MS", "worker.offset_flush_interval_ms", _int),
-    Setting("FERRY_PREFETCH_RECORDS", "worker.prefetch_records", _int),
-    Setting("FERRY_PREFETCH_BYTES", "worker.prefetch_bytes", _int),
-    Setting("FERRY_PREFETCH_BUDGET_BYTES", "worker.prefetch_budget_bytes", _int),
-    Setting("FERRY_COORDINATOR_METRICS_PORT", "coordinator.metrics_port", _int),
-    Setting("FERRY_SUBSCRIPTION_POLL_MS", "coordinator.subscription_poll_ms", _int),
-    Setting("FERRY_TOPIC_POLL_MS", "coordinator.topic_poll_ms", _int),
-    Setting("FERRY_INTERNAL_WORK", "coordinator.internal_work", _bool),
-    Setting("FERRY_PORTAL_HOST", "portal.host", _str),
-    Setting("FERRY_PORTAL_PORT", "portal.port", _int),
-    Setting("FERRY_ADMIN_TOKEN", "portal.admin_token", _str, secret=True),
-    Setting("FERRY_ENDPOINT_ALLOW", "portal.endpoint_allow", _csv),
-    Setting("FERRY_MAX_BODY_BYTES", "portal.max_body_bytes", _int),
-    Setting("FERRY_DELAY_TOPIC", "kafka.delay_topic", _str),
-    Setting("FERRY_TXN_TOPIC", "kafka.txn_topic", _str),
-    Setting("FERRY_IDEMPOTENCY_TOPIC", "kafka.idempotency_topic", _str),
-    Setting("FERRY_GATEWAY_HOST", "gateway.host", _str),
-    Setting("FERRY_GATEWAY_PORT", "gateway.port", _int),
-    Setting("FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES", "gateway.max_in_flight_bytes", _int),
-    Setting("FERRY_GATEWAY_PRODUCE_TIMEOUT_MS", "gateway.produce_timeout_ms", _int),
-    Setting("FERRY_GATEWAY_TOKEN_CACHE_MS", "gateway.token_cache_ms", _int),
-    Setting("FERRY_GATEWAY_READ_TIMEOUT_MS", "gateway.read_timeout_ms", _int),
-    Setting("FERRY_GATEWAY_LINGER_MS", "gateway.linger_ms", _int),
-    Setting("FERRY_TXN_MAX_CHECKS", "gateway.txn_max_checks", _int),
-    Setting("FERRY_NATIVE", "worker.native", _bool),
-    Setting("FERRY_SPARK_MASTER", "spark.master", _str),
-    Setting("FERRY_SPARK_SHUFFLE_PARTITIONS", "spark.shuffle_partitions", _int),
-    Setting("FERRY_SPARK_DRIVER_MEMORY", "spark.driver_memory", _str),
-    Setting("FERRY_LOG_LEVEL", "log.level", _str),
-    Setting("FERRY_LOG_FORMAT", "log.format", _str),
-)
+def _derive(cls: type, prefix: str = "") -> list[Setting]:
+    """Every field of the tree that carries :func:`setting` metadata, in the tree's order."""
+    out: list[Setting] = []
+    for f in dataclasses.fields(cls):
+        if "env" in f.metadata:
+            parse = f.metadata["parse"] or _BY_TYPE[str(f.type)]
+            out.append(Setting(f.metadata["env"], prefix + f.name, parse, f.metadata["secret"]))
+        elif isinstance(f.default_factory, type) and dataclasses.is_dataclass(f.default_factory):
+            out += _derive(f.default_factory, f"{prefix}{f.name}.")
+    return out
+
+
+SETTINGS: tuple[Setting, ...] = tuple(_derive(Settings))
+"""Every setting: its environment variable, its place in the tree, its parser. Derived from the
+dataclasses above, so a setting exists exactly where its field is."""
 _BY_ENV = {s.env: s for s in SETTINGS}
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
@@ -450,6 +452,19 @@ def load(config_file: str | os.PathLike[str] | None = None, env: Mapping[str, st
     settings = dataclasses.replace(base, **sections, **top)
     _validate(settings)
     return settings
+
+
+def value(name: str, env: Mapping[str, str] | None = None) -> Any:
+    """One setting from the environment, parsed, or its default: for code that runs before (or
+    without) the whole tree, like the choice of the C speedups or a Spark session."""
+    env = os.environ if env is None else env
+    setting = _BY_ENV[name]
+    if name in env:
+        return setting.parse(name, env[name])
+    node: Any = Settings()
+    for part in setting.path.split("."):
+        node = getattr(node, part)
+    return node
 
 
 def describe(settings: Settings) -> dict[str, Any]:

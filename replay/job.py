@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ferry import log
+from ferry import config, log
 from ferry.config import Settings
 from ferry.errors import ConfigError
 
@@ -42,7 +42,7 @@ def session(app: str = "ferry-replay") -> Any:
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app)
-    master = os.environ.get("FERRY_SPARK_MASTER")
+    master = config.value("FERRY_SPARK_MASTER")
     if master:
         builder = builder.master(master)
     elif "spark.master" not in os.environ.get("SPARK_CONF", "") and not os.environ.get("SPARK_SUBMIT"):
@@ -50,9 +50,9 @@ def session(app: str = "ferry-replay") -> Any:
     spark = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", os.environ.get("FERRY_SPARK_SHUFFLE_PARTITIONS", "8"))
+        .config("spark.sql.shuffle.partitions", str(config.value("FERRY_SPARK_SHUFFLE_PARTITIONS")))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", os.environ.get("FERRY_SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", config.value("FERRY_SPARK_DRIVER_MEMORY"))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")

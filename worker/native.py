@@ -13,15 +13,17 @@ runs (to compare the two, or to rule the C path out when chasing a problem).
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
+
+from ferry import config
 
 # The C modules setup.py builds (each optional).
 MODULES: tuple[str, ...] = ("_records", "_encode")
 
 
 def enabled() -> bool:
-    return os.environ.get("FERRY_NATIVE", "1").strip().lower() not in ("0", "false", "no", "off")
+    """``FERRY_NATIVE`` (default true)."""
+    return bool(config.value("FERRY_NATIVE"))
 
 
 def load(name: str) -> ModuleType | None:
