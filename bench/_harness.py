@@ -162,6 +162,14 @@ class Stack:
         """When each record pushed one at a time arrived (ms since the epoch), by ``<partition>/<offset>``."""
         return http("GET", f"{self.ep}/receipts")
 
+    def service(self, name: str, argv: list[str], port: int) -> embedded.ServiceProcess:
+        """Start a process that listens on ``port`` (an endpoint stand-in) and wait until it does;
+        the stack stops it on exit."""
+        proc = embedded.ServiceProcess(name, argv, port, self.tmp / f"{name}.log")
+        self._procs.append(proc)
+        proc.start().wait_ready(30)
+        return proc
+
     def process(self, name: str, argv: list[str]) -> embedded.ServiceProcess:
         """Start a process with no port to wait for (e.g. the naive loop); the stack stops it on exit."""
         proc = embedded.ServiceProcess(name, argv, 0, self.tmp / f"{name}.log")
