@@ -46,6 +46,11 @@ ZONES: dict[str, Any] = {
         ]
     },
 }
+SUBSCRIPTIONS: dict[str, Any] = {
+    **REQUIRED,
+    "subscriptions": [{"name": "orders-to-billing", "topics": ["orders"], "endpoint": {"url": "http://billing/hook"}}],
+    "subscriptionsApply": {"prune": True},
+}
 ZONES_SCALED = {**ZONES, "worker": {**ZONES["worker"], "autoscaling": {"enabled": True}}}  # one HPA per zone
 KUBE_VERSIONS = ["1.30.0", "1.37.0"]
 SECRETS = ["db-password-x", "sasl-secret-x", "admin-token-x"]
@@ -75,14 +80,18 @@ def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
     return dict(spec["template"]["spec"])
 
 
-@pytest.mark.parametrize("values", [REQUIRED, ALL_ON, ZONES_SCALED], ids=["defaults", "all-options", "zones"])
+@pytest.mark.parametrize(
+    "values", [REQUIRED, ALL_ON, ZONES_SCALED, SUBSCRIPTIONS], ids=["defaults", "all-options", "zones", "subscriptions"]
+)
 def test_lint_strict(values: dict[str, Any]) -> None:
     report = helm.lint(str(CHART), values, strict=True)
     assert not report["errors"], report
     assert not [m for m in report["messages"] if m["severity"] >= 2], report
 
 
-@pytest.mark.parametrize("values", [REQUIRED, ALL_ON, ZONES_SCALED], ids=["defaults", "all-options", "zones"])
+@pytest.mark.parametrize(
+    "values", [REQUIRED, ALL_ON, ZONES_SCALED, SUBSCRIPTIONS], ids=["defaults", "all-options", "zones", "subscriptions"]
+)
 @pytest.mark.parametrize("kube", KUBE_VERSIONS)
 def test_manifests_validate_strictly(values: dict[str, Any], kube: str) -> None:
     docs = render(values)
@@ -304,3 +313,19 @@ def test_a_bad_zone_name_is_refused(name: str) -> None:
         chart.validate_schema(values)
     with pytest.raises(helm.HelmError):
         chart.render(values, name="ferry", namespace="ferry")
+
+
+def test_subscriptions_are_applied_by_a_hook_only_when_listed() -> None:
+    assert not [d for d in render(REQUIRED) if d["metadata"]["name"] == "ferry-subscriptions"]
+    docs = {d["kind"]: d for d in render(SUBSCRIPTIONS) if d["metadata"]["name"] == "ferry-subscriptions"}
+    assert set(docs) == {"ConfigMap", "Job"}
+    assert yaml.safe_load(docs["ConfigMap"]["data"]["subscriptions.yaml"]) == SUBSCRIPTIONS["subscriptions"]
+    job = docs["Job"]
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    (apply,) = containers(job)
+    assert apply["args"] == ["apply", "-f", "/subscriptions/subscriptions.yaml", "--prune"]
+    without_prune = {**SUBSCRIPTIONS, "subscriptionsApply": {"prune": False}}
+    job = next(
+        d for d in render(without_prune) if d["kind"] == "Job" and d["metadata"]["name"] == "ferry-subscriptions"
+    )
+    assert "--prune" not in containers(job)[0]["args"]
