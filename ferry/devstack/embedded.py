@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -21,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ferry import java as runtime
 from ferry.errors import FerryError
 
 
@@ -157,9 +157,10 @@ def zookeeper_classpath() -> str:
 
 
 def zookeeper(data_dir: Path, port: int = 0) -> ZooKeeperProcess:
-    java = shutil.which("java")
-    if java is None:
-        raise EmbeddedError("java not found on PATH: the embedded ZooKeeper needs a Java 17 runtime")
+    try:
+        java = runtime.executable()
+    except runtime.JavaNotFound as exc:
+        raise EmbeddedError(f"the embedded ZooKeeper needs Java: {exc}") from None
     port = port or free_port()
     data_dir = Path(data_dir)
     (data_dir / "data").mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.endpoint import EndpointRecorder
 from tests.support.kafka import create_topic, produce
+from tests.support.needs import missing
 from tests.support.stack import DevStack
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -28,8 +29,9 @@ ARGS = [
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_create_watch_and_pause_in_the_browser(tmp_path: Path, endpoint: EndpointRecorder) -> None:
+    if not Path(CHROMIUM).exists():
+        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
     from playwright.sync_api import expect, sync_playwright
 
     shots = DOCS if os.environ.get("FERRY_SCREENSHOTS") else tmp_path

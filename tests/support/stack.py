@@ -22,7 +22,15 @@ from typing import Any
 
 
 class DevStack:
-    def __init__(self, tmp: Path, workers: int = 2, demo: bool = False, ready_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        workers: int = 2,
+        demo: bool = False,
+        ready_timeout_s: float = 120.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.env = {**os.environ, **(env or {})}
         self.dir = tmp / "ferry-dev"
         self.workers = workers
         self.demo = demo
@@ -55,7 +63,7 @@ class DevStack:
             argv.append("--demo")
         (self.dir / "state.json").unlink(missing_ok=True)  # an earlier run's, in the same directory
         with self.log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ})
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)
         deadline = time.monotonic() + self.ready_timeout_s
         state = self.dir / "state.json"
         while not state.exists():
