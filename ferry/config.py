@@ -268,6 +268,9 @@ class PortalSettings:
     """CIDRs or host patterns push endpoints may target; empty = any but link-local/metadata."""
     max_body_bytes: int = setting("FERRY_MAX_BODY_BYTES", 1024 * 1024)
     """Largest request body the portal's and the gateway's APIs accept."""
+    history_interval_ms: int = setting("FERRY_PORTAL_HISTORY_INTERVAL_MS", 10_000)
+    """How often the portal samples every subscription's lag, delivery, retry and dead-letter
+    rates for its health badges and charts; it keeps the last hour of samples in memory."""
 
 
 @dataclass(frozen=True)
@@ -390,6 +393,7 @@ def _validate(s: Settings) -> None:
     positive("FERRY_SUBSCRIPTION_POLL_MS", s.coordinator.subscription_poll_ms)
     positive("FERRY_TOPIC_POLL_MS", s.coordinator.topic_poll_ms)
     positive("FERRY_MAX_BODY_BYTES", s.portal.max_body_bytes)
+    positive("FERRY_PORTAL_HISTORY_INTERVAL_MS", s.portal.history_interval_ms)
     positive("FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES", s.gateway.max_in_flight_bytes)
     positive("FERRY_GATEWAY_PRODUCE_TIMEOUT_MS", s.gateway.produce_timeout_ms)
     positive("FERRY_GATEWAY_TOKEN_CACHE_MS", s.gateway.token_cache_ms)

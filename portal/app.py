@@ -12,13 +12,15 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
-from ferry import db
+from ferry import db, log
 from ferry.config import Settings
-from ferry.portal import api_admin, api_internal, api_ops, api_subscriptions, auth, openapi, ui
+from ferry.portal import api_admin, api_health, api_internal, api_ops, api_subscriptions, auth, openapi, ui
 from ferry.portal.cluster import Cluster
+from ferry.portal.history import History
 from ferry.portal.http import (
     CLUSTER,
     ENGINE,
+    HISTORY,
     LOGINS,
     METRICS,
     OPS,
@@ -32,6 +34,27 @@ from ferry.portal.ops import Operations
 
 __all__ = ["LOGINS", "create_app"]
 
+_log = log.get_logger(__name__)
+
+
+async def sample_history(app: web.Application) -> None:
+    """Every history interval: what the workers report, into the history (the health badges and
+    charts). A failed sample is a gap in the charts, logged once until sampling works again."""
+    history, cluster = app[HISTORY], app[CLUSTER]
+    failing = False
+    while True:
+        try:
+            stats = await asyncio.to_thread(cluster.worker_stats)
+            history.observe(int(time.time() * 1000), stats)
+            if failing:
+                _log.info("portal.history_sampling_resumed")
+            failing = False
+        except Exception as exc:  # ZooKeeper away: a gap in the charts, not a crash
+            if not failing:
+                _log.warning("portal.history_sample_failed", error=str(exc))
+            failing = True
+        await asyncio.sleep(history.interval_s)
+
 
 def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Application:
     app = web.Application(
@@ -43,6 +66,7 @@ def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Applic
     app[CLUSTER] = cluster or Cluster(settings)
     app[OPS] = Operations(app[ENGINE], app[CLUSTER])
     app[LOGINS] = auth.FailedLogins()
+    app[HISTORY] = History(settings.portal.history_interval_ms / 1000)
     registry = CollectorRegistry()
     app[METRICS] = {
         "registry": registry,
@@ -74,15 +98,22 @@ def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Applic
     app.router.add_get("/metrics", metrics)
     api_subscriptions.routes(app)
     api_ops.routes(app)
+    api_health.routes(app)
     api_admin.routes(app)
     api_internal.routes(app)
     openapi.routes(app)
     ui.setup(app)
 
+    sampler: list[asyncio.Task[None]] = []
+
     async def on_startup(app: web.Application) -> None:
         await asyncio.to_thread(app[CLUSTER].start)
+        sampler.append(asyncio.create_task(sample_history(app)))
 
     async def on_cleanup(app: web.Application) -> None:
+        for task in sampler:
+            task.cancel()
+        await asyncio.gather(*sampler, return_exceptions=True)
         await asyncio.to_thread(app[CLUSTER].stop)
         app[ENGINE].dispose()
 

@@ -97,6 +97,21 @@ DOCUMENT: dict[str, Any] = {
                 errors=(401, 404),
             )
         },
+        "/api/v1/health": {
+            "get": _op(
+                "Every subscription's health badge and current rates (docs/ui.md)",
+                {"200": _json("health", {"$ref": "#/components/schemas/Health"})},
+                errors=(401,),
+            )
+        },
+        "/api/v1/subscriptions/{name}/history": {
+            "get": _op(
+                "The last hour of lag and rates, total and per partition, as sampled by this portal",
+                {"200": _json("history", {"$ref": "#/components/schemas/History"})},
+                params=["name"],
+                errors=(401, 404),
+            )
+        },
         "/api/v1/subscriptions/{name}/reset": {
             "post": _op(
                 "Reset offsets (pause, rewrite with a new epoch, resume)",
@@ -374,6 +389,70 @@ DOCUMENT: dict[str, Any] = {
                     "name": {"type": "string"},
                     "state": {"type": "string"},
                     "partitions": {"type": "array", "items": {"$ref": "#/components/schemas/PartitionStatus"}},
+                },
+            },
+            "HealthRow": {
+                "type": "object",
+                "required": ["name", "state", "health"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "state": {"type": "string", "enum": ["active", "paused"]},
+                    "health": {"type": "string", "enum": ["ok", "lagging", "stalled", "failing", "paused", "unknown"]},
+                    **{
+                        k: {"type": t, "nullable": True}
+                        for k, t in [
+                            ("lag", "integer"),
+                            ("delivered_per_s", "number"),
+                            ("retried_per_s", "number"),
+                            ("dead_lettered_per_s", "number"),
+                            ("dead_lettered_1h", "integer"),
+                            ("dead_lettered_1m", "integer"),
+                            ("stalled_s", "number"),
+                        ]
+                    },
+                },
+            },
+            "Health": {
+                "type": "object",
+                "required": ["interval_s", "subscriptions"],
+                "properties": {
+                    "interval_s": {"type": "number"},
+                    "subscriptions": {"type": "array", "items": {"$ref": "#/components/schemas/HealthRow"}},
+                },
+            },
+            "HistoryPoint": {
+                "type": "object",
+                "required": ["t", "lag"],
+                "properties": {
+                    "t": {"type": "integer", "description": "epoch ms"},
+                    "lag": {"type": "integer"},
+                    "delivered_per_s": {"type": "number"},
+                    "retried_per_s": {"type": "number"},
+                    "dead_lettered_per_s": {"type": "number"},
+                    "stalled_s": {"type": "number"},
+                },
+            },
+            "History": {
+                "type": "object",
+                "required": ["name", "interval_s", "span_s", "health", "points", "partitions"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "interval_s": {"type": "number"},
+                    "span_s": {"type": "number"},
+                    "health": {"type": "string"},
+                    "points": {"type": "array", "items": {"$ref": "#/components/schemas/HistoryPoint"}},
+                    "partitions": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "topic": {"type": "string"},
+                                "partition": {"type": "integer"},
+                                "cluster": {"type": "string"},
+                                "points": {"type": "array", "items": {"$ref": "#/components/schemas/HistoryPoint"}},
+                            },
+                        },
+                    },
                 },
             },
             "DeadLetter": {

@@ -108,11 +108,19 @@ def _need_name(args: argparse.Namespace) -> str:
     return str(args.name)
 
 
+def _health_cells(h: dict[str, Any] | None) -> dict[str, Any]:
+    return {"health": h["health"], "lag": h["lag"]} if h else {"health": "unknown", "lag": None}
+
+
 def subscriptions(c: Client, args: argparse.Namespace) -> int:
     if args.action == "list":
         subs = c.call("GET", "/api/v1/subscriptions")["subscriptions"]
-        rows = [{**s, "endpoint": s["endpoint"]["url"]} for s in subs]
-        print(render(subs, args.output, ["name", "state", "topics", "endpoint", "ordering"], rows))
+        health = {}
+        if args.output == "table":  # the badge and lag beside each (scripts read /api/v1/health)
+            health = {h["name"]: h for h in c.call("GET", "/api/v1/health")["subscriptions"]}
+        rows = [{**s, "endpoint": s["endpoint"]["url"], **_health_cells(health.get(s["name"]))} for s in subs]
+        cols = ["name", "state", "health", "lag", "topics", "endpoint", "ordering"]
+        print(render(subs, args.output, cols, rows))
         return EXIT_OK
     name = _need_name(args)
     base = f"/api/v1/subscriptions/{name}"

@@ -63,27 +63,43 @@ function login() {
 }
 
 // ---- subscriptions list --------------------------------------------------------------------
+const HEALTH_HINT = {
+  ok: "delivering, nothing failing",
+  lagging: "more than 1,000 records behind and further behind than a minute ago",
+  stalled: "a partition's committed watermark has not moved for 60 s",
+  failing: "records dead-lettered, or more retries than deliveries, in the last minute",
+  paused: "paused: nothing is pushed",
+  unknown: "no worker reports its partitions yet",
+};
+function healthBadge(h) { return el("span", { class: "badge health " + h, text: h, title: HEALTH_HINT[h] || "" }); }
+function rate(n) { return n === null || n === undefined ? "—" : (n < 10 ? Number(n).toFixed(1) : fmt(Math.round(n))); }
 async function list() {
-  const { subscriptions } = await api("GET", "/subscriptions");
+  const [{ subscriptions }, health] = await Promise.all([api("GET", "/subscriptions"), api("GET", "/health")]);
+  const byName = Object.fromEntries(health.subscriptions.map((h) => [h.name, h]));
   const rows = subscriptions.map((s) => {
-    const lag = el("td", { class: "num", text: "…" });
-    api("GET", `/subscriptions/${encodeURIComponent(s.name)}/status`).then((st) => {
-      const total = st.partitions.reduce((a, p) => a + (p.lag || 0), 0);
-      lag.textContent = fmt(total);
-    }).catch(() => { lag.textContent = "—"; });
-    return el("tr", {},
+    const h = byName[s.name] || { health: "unknown" };
+    return el("tr", { "data-name": s.name },
       el("td", {}, el("a", { href: `#/subscriptions/${encodeURIComponent(s.name)}`, text: s.name })),
       el("td", { text: s.topics.join(", ") }),
       el("td", { class: "mono", text: s.endpoint.url }),
       el("td", {}, badge(s.state)),
-      lag);
+      el("td", { class: "health-cell" }, healthBadge(h.health)),
+      el("td", { class: "num", text: fmt(h.lag) }),
+      el("td", { class: "num", text: rate(h.delivered_per_s) }),
+      el("td", { class: "num", text: fmt(h.dead_lettered_1h) }),
+      el("td", { class: "num", text: h.stalled_s === null || h.stalled_s === undefined ? "—" : Number(h.stalled_s).toFixed(0) }));
   });
+  const heads = [["Name"], ["Topics"], ["Endpoint"], ["State"], ["Health"], ["Lag", "num"], ["Delivered/s", "num"],
+    ["Dead letters (1 h)", "num", "records dead-lettered in the last hour, as sampled by this portal"],
+    ["Held (s)", "num", "the longest time a partition's committed watermark has not moved"]];
   main.append(
     el("div", { class: "toolbar" }, el("h1", { text: "Subscriptions" }),
       el("a", { class: "button primary", href: "#/new", text: "New subscription" })),
     rows.length
-      ? el("table", {}, el("thead", {}, el("tr", {}, ["Name", "Topics", "Endpoint", "State"].map((h) => el("th", { text: h })), el("th", { class: "num", text: "Lag" }))), el("tbody", {}, rows))
-      : el("p", { class: "card muted", text: "No subscriptions yet. Create one to start pushing records to an HTTP endpoint." }));
+      ? el("table", { id: "subscriptions" }, el("thead", {}, el("tr", {}, heads.map(([h, cls, title]) => el("th", { class: cls || null, title: title || null, text: h })))), el("tbody", {}, rows))
+      : el("p", { class: "card muted", text: "No subscriptions yet. Create one to start pushing records to an HTTP endpoint." }),
+    el("p", { class: "muted small", text: `Health and rates from the last minute of samples taken every ${health.interval_s} s; hover a badge for what it means.` }));
+  timer = setInterval(() => { if ((location.hash || "#/subscriptions") === "#/subscriptions") { clear(); list().catch(() => {}); } }, 5000);
 }
 
 // ---- create / edit -------------------------------------------------------------------------
@@ -106,6 +122,8 @@ const FIELDS = [
   ["batch.max_bytes", "Batch: max bytes per POST", "number", "default 1048576"],
   ["batch.linger_ms", "Batch: linger (ms)", "number", "wait this long for a full batch; default 0"],
 ];
+// What the portal fills in when a field is left empty (docs/api.md).
+const DEFAULTS = { "endpoint.timeout_ms": 5000, "max_in_flight": 100, "retry.max_attempts": 5, "retry.initial_backoff_ms": 200, "retry.max_backoff_ms": 30000, "batch.max_bytes": 1048576, "batch.linger_ms": 0 };
 function get(doc, path) { return path.split(".").reduce((o, k) => (o ? o[k] : undefined), doc); }
 function put(doc, path, value) {
   const keys = path.split("."); let o = doc;
@@ -120,7 +138,7 @@ async function edit(name) {
     let input;
     if (type.startsWith("select:")) input = el("select", { id }, type.slice(7).split(",").map((v) => el("option", { value: v, text: v })));
     else if (type === "textarea") input = el("textarea", { id, rows: 2 });
-    else input = el("input", { id, type });
+    else input = el("input", { id, type, placeholder: DEFAULTS[path] === undefined ? null : `default ${DEFAULTS[path]}` });
     let value = existing ? get(existing, path) : undefined;
     if ((path === "topics" || path === "clusters") && value) value = value.join(", ");
     if (path === "endpoint.headers" && value) value = Object.entries(value).map(([k, v]) => `${k}: ${v}`).join("\n");
@@ -172,32 +190,49 @@ async function edit(name) {
 }
 
 // ---- one subscription ----------------------------------------------------------------------
-function drawLag(canvas, history) {
-  const ctx = canvas.getContext("2d");
-  const w = canvas.width = canvas.clientWidth * devicePixelRatio;
-  const h = canvas.height = canvas.clientHeight * devicePixelRatio;
-  ctx.clearRect(0, 0, w, h);
-  const max = Math.max(1, ...history.map((p) => p.lag));
-  ctx.strokeStyle = "#d9dee5"; ctx.lineWidth = 1;
-  for (let i = 0; i <= 4; i++) { const y = 10 + (h - 30) * i / 4; ctx.beginPath(); ctx.moveTo(40, y); ctx.lineTo(w - 10, y); ctx.stroke(); }
-  ctx.fillStyle = "#5b6675"; ctx.font = `${11 * devicePixelRatio}px system-ui`;
-  ctx.fillText(String(max), 4, 14 * devicePixelRatio); ctx.fillText("0", 4, h - 20);
-  if (history.length < 2) return;
-  ctx.strokeStyle = "#0b63ce"; ctx.lineWidth = 2 * devicePixelRatio; ctx.beginPath();
-  history.forEach((p, i) => {
-    const x = 40 + (w - 50) * i / (history.length - 1);
-    const y = 10 + (h - 30) * (1 - p.lag / max);
-    if (i === 0) ctx.moveTo(x, y); else ctx.lineTo(x, y);
-  });
-  ctx.stroke();
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs = {}, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+function clock(t) { return new Date(t).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" }); }
+// A line chart over time: series [{name, cls, values: [[t, v], ...]}]; x is wall-clock time.
+function chart(id, label, series, unit, integer = false) {
+  const W = 1000, H = 200, L = 56, R = 12, T = 12, B = 28;
+  const all = series.flatMap((s) => s.values);
+  const root = svg("svg", { id, class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": label, preserveAspectRatio: "none" });
+  if (all.length < 2) { root.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, "Collecting samples…")); return root; }
+  const t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(t0 + 1, ...all.map((p) => p[0]));
+  const max = Math.max(integer ? 4 : 1, ...all.map((p) => p[1]));
+  const x = (t) => L + (W - L - R) * (t - t0) / (t1 - t0), y = (v) => T + (H - T - B) * (1 - v / max);
+  for (let i = 0; i <= 4; i++) {
+    const v = max * i / 4;
+    root.append(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }),
+      svg("text", { x: L - 6, y: y(v) + 4, "text-anchor": "end", class: "tick y" }, (!integer && max < 10 ? v.toFixed(1) : fmt(Math.round(v))) + (i === 4 && unit ? " " + unit : "")));
+  }
+  for (let i = 0; i <= 4; i++) {
+    const t = t0 + (t1 - t0) * i / 4;
+    root.append(svg("text", { x: x(t), y: H - 8, "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle", class: "tick x" }, clock(t)));
+  }
+  for (const s of series) {
+    if (!s.values.length) continue;
+    root.append(svg("polyline", { class: "series " + s.cls, "data-series": s.name, "data-points": s.values.length,
+      points: s.values.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ") }, undefined));
+  }
+  return root;
+}
+function legend(series) {
+  return el("div", { class: "legend" }, series.map((s) => el("span", { class: "key " + s.cls, text: s.name })));
 }
 async function show(name) {
   const path = `/subscriptions/${encodeURIComponent(name)}`;
   const sub = await api("GET", path);
-  const state = el("span", {}, badge(sub.state));
+  const state = el("span", { id: "sub-state" }, badge(sub.state));
   const body = el("tbody");
-  const canvas = el("canvas", { id: "lag-chart", "aria-label": "Total lag over time" });
-  const history = [];
+  const charts = el("div", { id: "charts" });
+  const healthNow = el("span", { id: "sub-health" });
   const dlq = el("div");
   const warnings = el("div");
   const traced = el("div", { id: "trace-result" });
@@ -216,6 +251,12 @@ async function show(name) {
   const traceForm = el("form", { class: "inline", on: { submit: (e) => { e.preventDefault(); lookup(topicIn.value, partIn.value, offIn.value, clusterIn.value).catch((err) => toast(err.message)); } } },
     ...(multi ? [clusterIn] : []), topicIn, partIn, offIn, el("button", { type: "submit", text: "Find record" }));
   const act = (label, cls, fn) => el("button", { type: "button", class: cls, text: label, on: { click: fn } });
+  const pauseBtn = act("Pause", "", async () => { await api("POST", path + "/pause"); toast("Paused"); refresh(); });
+  const resumeBtn = act("Resume", "", async () => { await api("POST", path + "/resume"); toast("Resumed"); refresh(); });
+  const redriveBtn = act("Redrive dead letters", "", async () => {
+    if (!confirm("Send the dead letters through this subscription's retry topic again?")) return;
+    const r = await api("POST", path + "/dead-letters/replay", {}); toast(`Redriven: ${r.replayed}`); loadDlq();
+  });
   const refresh = async () => {
     const st = await api("GET", path + "/status");
     state.replaceChildren(badge(st.state));
@@ -224,12 +265,31 @@ async function show(name) {
       el("td", { text: p.topic }), el("td", { class: "num", text: p.partition }), el("td", { text: p.worker || "—" }),
       ...["committed", "high_watermark", "lag", "stalled_s", "in_flight", "delivered", "retried", "dead_lettered", "filtered"].map((k) => el("td", { class: "num", text: fmt(p[k]) })))));
     warnings.replaceChildren(...(st.warnings || []).map((w) => el("p", { class: "card error", text: w })));
-    history.push({ t: Date.now(), lag: st.partitions.reduce((a, p) => a + (p.lag || 0), 0) });
-    if (history.length > 90) history.shift();
-    drawLag(canvas, history);
+    pauseBtn.disabled = st.state === "paused";
+    resumeBtn.disabled = st.state !== "paused";
+  };
+  let sampleEvery = 10;
+  const drawHistory = async () => {
+    const h = await api("GET", path + "/history");
+    sampleEvery = h.interval_s;
+    healthNow.replaceChildren(healthBadge(h.health));
+    const pts = h.points;
+    const rates = [
+      { name: "delivered/s", cls: "delivered", values: pts.map((p) => [p.t, p.delivered_per_s]) },
+      { name: "retried/s", cls: "retried", values: pts.map((p) => [p.t, p.retried_per_s]) },
+      { name: "dead-lettered/s", cls: "dead", values: pts.map((p) => [p.t, p.dead_lettered_per_s]) },
+    ];
+    const lags = [{ name: "total", cls: "lag", values: pts.map((p) => [p.t, p.lag]) },
+      ...h.partitions.map((p, i) => ({ name: (multi ? p.cluster + ":" : "") + `${p.topic}/${p.partition}`, cls: "part p" + (i % 6), values: p.points.map((q) => [q.t, q.lag]) }))];
+    charts.replaceChildren(
+      el("h2", { text: "Throughput" }), chart("rate-chart", "Delivered, retried and dead-lettered records per second over time", rates, "/s"), legend(rates),
+      el("h2", { text: "Lag" }), chart("lag-chart", "Lag over time, total and per partition", lags.slice(0, 13), "", true), legend(lags.slice(0, 13)),
+      el("p", { class: "muted small", text: `Sampled every ${h.interval_s} s by the portal; the last hour is kept.` }));
   };
   const loadDlq = async () => {
     const { dead_letters } = await api("GET", path + "/dead-letters?limit=20");
+    redriveBtn.disabled = !dead_letters.some((d) => !d.redriven);
+    redriveBtn.title = redriveBtn.disabled ? "No dead letter waits for a redrive" : "";
     dlq.replaceChildren(dead_letters.length
       ? el("table", {}, el("thead", {}, el("tr", {}, ["Source", "Key", "Error", "Attempts"].map((h) => el("th", { text: h })))),
         el("tbody", {}, dead_letters.map((d) => el("tr", { class: "clickable", title: "Where is this record?", on: { click: () => lookup(d.source_topic, d.source_partition, d.source_offset).catch((err) => toast(err.message)) } }, el("td", { class: "mono", text: `${d.source_topic}/${d.source_partition}/${d.source_offset}` + (d.redriven ? " (redriven)" : "") }),
@@ -237,11 +297,10 @@ async function show(name) {
       : el("p", { class: "muted", text: "No dead letters." }));
   };
   main.append(
-    el("div", { class: "toolbar" }, el("h1", {}, sub.name, " ", state)),
+    el("div", { class: "toolbar" }, el("h1", {}, sub.name, " ", state, " ", healthNow)),
     el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight` + (multi ? ` · clusters ${sub.clusters.join(", ")}` : "") + (sub.batch ? ` · batches of up to ${sub.batch.max_records} records` : "")),
     el("div", { class: "actions" },
-      act("Pause", "", async () => { await api("POST", path + "/pause"); toast("Paused"); refresh(); }),
-      act("Resume", "", async () => { await api("POST", path + "/resume"); toast("Resumed"); refresh(); }),
+      pauseBtn, resumeBtn,
       el("a", { class: "button", href: `#/edit/${encodeURIComponent(name)}`, text: "Edit" }),
       act("Reset offsets…", "", async () => {
         const to = prompt("Reset to 'earliest', 'latest' or a time (ISO 8601 or epoch ms):", "latest");
@@ -256,22 +315,24 @@ async function show(name) {
         await api("DELETE", path); toast("Deleted"); location.hash = "#/subscriptions";
       })),
     warnings,
-    el("h2", { text: "Lag" }), canvas,
+    charts,
     el("h2", { text: "Partitions" }),
     el("table", { id: "partitions" }, el("thead", {}, el("tr", {}, ...(multi ? [el("th", { text: "Cluster" })] : []), el("th", { text: "Topic" }), el("th", { class: "num", text: "Partition" }), el("th", { text: "Worker" }),
       ["Committed", "High watermark", "Lag", "Held (s)", "In flight", "Delivered", "Retried", "Dead-lettered", "Filtered"].map((h) =>
         el("th", { class: "num", text: h, title: h === "Held (s)" ? "Seconds the committed watermark has not moved while records wait at or above it: one record the endpoint keeps failing holds the partition (0 while it moves)" : "" })))), body),
-    el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }),
-      act("Redrive dead letters", "", async () => {
-        if (!confirm("Send the dead letters through this subscription's retry topic again?")) return;
-        const r = await api("POST", path + "/dead-letters/replay", {}); toast(`Redriven: ${r.replayed}`);
-      })),
+    el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }), redriveBtn),
     dlq,
     el("h2", { text: "Where is my record?" }),
     el("p", { class: "muted", text: "Topic, partition and offset: its state, attempts, last answer and next attempt. Click a dead letter to look it up." }),
     traceForm, traced);
-  await refresh(); loadDlq();
-  timer = setInterval(() => refresh().catch(() => {}), 2000);
+  await refresh(); loadDlq(); await drawHistory().catch(() => {});
+  // The charts follow the portal's sampling: redrawn about as often as a new point arrives.
+  let ticks = 0;
+  const every = Math.max(1, Math.min(5, Math.round(sampleEvery / 2)));
+  timer = setInterval(() => {
+    refresh().catch(() => {});
+    if (++ticks % every === 0) drawHistory().catch(() => {});
+  }, 2000);
 }
 
 // ---- workers -------------------------------------------------------------------------------
@@ -279,10 +340,17 @@ async function workers() {
   const { workers } = await api("GET", "/workers");
   // Grouped by zone (docs/zones.md): a zone's workers push its Kafka clusters' partitions.
   const zones = [...new Set(workers.map((w) => w.zone || ""))].sort();
-  const table = (ws) => el("table", { class: "workers" }, el("thead", {}, el("tr", {}, ["Worker", "Host", "Since", "Partitions"].map((h) => el("th", { text: h })))),
-    el("tbody", {}, ws.map((w) => el("tr", {}, el("td", { class: "mono", text: w.id }), el("td", { text: w.host || "" }),
-      el("td", { text: w.since ? new Date(w.since).toLocaleString() : "" }),
-      el("td", { text: w.partitions.map((p) => `${p.subscription}:${p.topic}/${p.partition}` + (p.cluster ? `@${p.cluster}` : "")).join("  ") || "—" })))));
+  // One row per partition a worker pushes; the worker's cells span its rows.
+  const table = (ws) => el("table", { class: "workers" }, el("thead", {}, el("tr", {}, ["Worker", "Host", "Since", "Subscription", "Topic", "Partition", "Cluster"].map((h) => el("th", { class: h === "Partition" ? "num" : null, text: h })))),
+    el("tbody", {}, ws.flatMap((w) => {
+      const parts = w.partitions.length ? w.partitions : [null];
+      return parts.map((p, i) => el("tr", {},
+        ...(i === 0 ? [el("td", { class: "mono", rowspan: parts.length, text: w.id }), el("td", { rowspan: parts.length, text: w.host || "" }),
+          el("td", { rowspan: parts.length, text: w.since ? new Date(w.since).toLocaleString() : "" })] : []),
+        ...(p ? [el("td", {}, el("a", { href: `#/subscriptions/${encodeURIComponent(p.subscription)}`, text: p.subscription })), el("td", { text: p.topic }),
+          el("td", { class: "num", text: p.partition }), el("td", { text: p.cluster || "default" })]
+          : [el("td", { class: "muted", colspan: 4, text: "no partitions" + (w.internal_partitions ? ` (${w.internal_partitions} of Ferry's own)` : "") })])));
+    })));
   main.append(el("h1", { text: "Workers" }), ...(workers.length
     ? (zones.length === 1 && zones[0] === "" ? [table(workers)] : zones.flatMap((z) => {
       const ws = workers.filter((w) => (w.zone || "") === z);

@@ -59,7 +59,8 @@ def test_the_operator_cli(tmp_path: Path, endpoint: EndpointRecorder) -> None:
         (subs / "b.json").unlink()
         dry = ferry("apply", "-f", str(subs), "--prune", "--dry-run")
         assert "- delete cli-b" in dry.stdout and "nothing changed" in dry.stdout
-        assert "cli-b" in ferry("subscriptions", "list").stdout
+        table = ferry("subscriptions", "list").stdout
+        assert "cli-b" in table and table.splitlines()[0].split()[:4] == ["NAME", "STATE", "HEALTH", "LAG"]
         pruned = ferry("apply", "-f", str(subs), "--prune")
         assert pruned.returncode == 0 and "1 deleted" in pruned.stdout
         listed = json.loads(ferry("subscriptions", "list", "-o", "json").stdout)

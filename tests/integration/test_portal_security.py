@@ -42,6 +42,8 @@ ACCESS = {
     ("GET", "/api/v1/subscriptions/{name}/dead-letters"): READ,
     ("POST", "/api/v1/subscriptions/{name}/dead-letters/replay"): ADMIN_ONLY,
     ("GET", "/api/v1/workers"): READ,
+    ("GET", "/api/v1/health"): READ,
+    ("GET", "/api/v1/subscriptions/{name}/history"): READ,
     ("GET", "/api/v1/delays"): READ,
     ("GET", "/api/v1/subscriptions/{name}/records/{topic}/{partition}/{offset}"): READ,
     ("GET", "/api/v1/transactions"): READ,

@@ -1,0 +1,61 @@
+"""Health at a glance (docs/api.md, "Health and history"): a badge and the current figures per
+subscription, and the last hour of a subscription's lag and rates, from the portal's own samples
+(:mod:`ferry.portal.history`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from aiohttp import web
+
+from ferry import db
+from ferry.portal.history import HISTORY_S
+from ferry.portal.http import ENGINE, HISTORY, OPS
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def overview(request: web.Request) -> web.Response:
+    subs = await asyncio.to_thread(db.load_subscriptions, request.app[ENGINE])
+    history = request.app[HISTORY]
+    now = _now_ms()
+    return web.json_response(
+        {
+            "interval_s": history.interval_s,
+            "subscriptions": [history.summary(s.name, s.state, now) for s in subs],
+        }
+    )
+
+
+async def subscription_history(request: web.Request) -> web.Response:
+    sub = await asyncio.to_thread(request.app[OPS].subscription, request.match_info["name"])
+    history = request.app[HISTORY]
+    parts = history.partitions(sub.name)
+    return web.json_response(
+        {
+            "name": sub.name,
+            "interval_s": history.interval_s,
+            "span_s": HISTORY_S,
+            "health": history.summary(sub.name, sub.state, _now_ms())["health"],
+            "points": [p.doc() for p in history.points(sub.name)],
+            "partitions": [
+                {
+                    "topic": ref.topic,
+                    "partition": ref.partition,
+                    "cluster": ref.cluster,
+                    "points": [
+                        {"t": p.t_ms, "lag": p.lag, "delivered_per_s": round(p.delivered_per_s, 2)} for p in points
+                    ],
+                }
+                for ref, points in sorted(parts.items())
+            ],
+        }
+    )
+
+
+def routes(app: web.Application) -> None:
+    app.router.add_get("/api/v1/health", overview)
+    app.router.add_get("/api/v1/subscriptions/{name}/history", subscription_history)
