@@ -1,7 +1,7 @@
 """Batch push mode, the driving half: take batches from a partition's window and see each one through.
 
-Use case: a :class:`worker.partition.PartitionRunner` whose subscription has ``batch`` set hands
-its dispatching to a :class:`BatchDispatcher`. One asyncio task per batch (never per record):
+Use case: the :class:`ferry.worker.delivery.Delivery` of a subscription with ``batch`` set. One
+asyncio task per batch (never per record):
 
     push the batch → read the answer (:func:`worker.batch.interpret`)
       split (413, or a non-retryable 4xx for several records): push each half in turn, and
@@ -22,48 +22,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
 from operator import attrgetter
-from typing import Any, Protocol
 
 from ferry import log
-from ferry.subscription import BatchSpec, PartitionRef, Subscription
+from ferry.subscription import BatchSpec, Subscription
 from ferry.worker.batch import MAX_ANSWER_BYTES, EventEncoder, encode_batch, event_id, event_size, interpret, settle
-from ferry.worker.context import Context
-from ferry.worker.push import Record, push_batch
-from ferry.worker.retry import RetryPolicy, parse_retry_after
-from ferry.worker.window import Window
+from ferry.worker.delivery import DeliveryPort, count_again, leased, observe_latency
+from ferry.worker.push import Record
+from ferry.worker.retry import parse_retry_after
 
 _log = log.get_logger(__name__)
-
-
-class BatchHost(Protocol):
-    """What a batch dispatcher needs of the partition it serves (a :class:`ferry.worker.partition.PartitionRunner`)."""
-
-    ctx: Context
-    sub: Subscription
-    ref: PartitionRef
-    window: Window
-    policy: RetryPolicy
-    retried: int
-    m_retried: Any
-    m_latency: Any
-
-    def pump(self) -> None: ...
-
-    def start_task(self, work: Coroutine[Any, Any, None]) -> None: ...
-
-    def acknowledged_many(self, records: list[Record], dead: bool) -> None: ...
-
-    async def dead_letter(self, record: Record, reason: str, attempts: int) -> None: ...
 
 
 # Record.size (value + key + 64) bounds event_size(): event_size(r) <= 3 * r.size + 128.
 _raw_size = attrgetter("size")
 
 
-class BatchDispatcher:
-    def __init__(self, runner: BatchHost, spec: BatchSpec) -> None:
+class BatchDelivery:
+    def __init__(self, runner: DeliveryPort, spec: BatchSpec) -> None:
         self._runner = runner
         self.spec = spec
         self.cap = spec.max_records
@@ -71,10 +47,15 @@ class BatchDispatcher:
         self._linger: asyncio.TimerHandle | None = None
         self._linger_due = False
 
-    def reconfigure(self, spec: BatchSpec) -> None:
-        if spec != self.spec:
+    def update(self, sub: Subscription) -> None:
+        spec = sub.batch
+        if spec is not None and spec != self.spec:
             self.spec = spec
             self.cap = spec.max_records
+
+    @property
+    def waiting_for_time(self) -> bool:
+        return False  # a linger is a wait for records, not for time: the watermark is not held
 
     def pump(self) -> None:
         """Start every batch the window allows now."""
@@ -109,21 +90,16 @@ class BatchDispatcher:
         runner = self._runner
         ctx = runner.ctx
         while records:
-            if not ctx.lease.allowed():
-                await ctx.lease.wait()
+            await leased(runner)
             if any(pushes):
                 pushes = [p + 1 for p in pushes]
-                again = sum(1 for p in pushes if p > 1)
+                count_again(runner, sum(1 for p in pushes if p > 1))
             else:  # every record's first push (the common case): no per-record Python loop
                 pushes = [1] * len(records)
-                again = 0
-            if again:
-                runner.retried += again
-                runner.m_retried.inc(again)
             body = encode_batch(self._encoder, records, pushes)
             started = time.monotonic()
-            result = await push_batch(ctx.client, runner.sub, body, MAX_ANSWER_BYTES)
-            runner.m_latency.observe(time.monotonic() - started)
+            result = await ctx.client.push_batch(runner.sub, body, MAX_ANSWER_BYTES)
+            observe_latency(runner, started)
             status = result.status
             if status is not None and 200 <= status < 300 and not result.body.lstrip().startswith(b"{"):
                 runner.acknowledged_many(records, dead=False)  # the common case; interpret() agrees
@@ -151,7 +127,7 @@ class BatchDispatcher:
                     await self._see_through(records[i:j], pushes[i:j], charged[i:j])
                     i = j
                 return
-            wait_s = parse_retry_after(result.retry_after, time.time())
+            wait_s = parse_retry_after(result.retry_after, ctx.wall_clock())
             lanes = [runner.window.lane(r) for r in records]
             charged_now = [c + 1 for c in charged]
             decisions = settle(verdict, lanes, charged_now, runner.policy, wait_s)

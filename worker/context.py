@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ferry.worker.deadletter import DeadLetterSink
@@ -67,3 +68,6 @@ class Context:
     """Adaptive in-flight limits per endpoint origin (subscriptions with adaptive concurrency)."""
     deferrals: Deferrals | None = None
     """Where durable retries wait (the delay store); None: no delay store runs, retries wait in memory."""
+    wall_clock: Callable[[], float] = time.time
+    """Epoch seconds: when records are due, ``Retry-After`` dates, next-attempt times. Tests
+    running the runner in virtual time pass the virtual clock."""

@@ -1,11 +1,13 @@
 """One owned partition: fetched records → ordering window → pushes with retries → offset merge.
 
 Use case: everything a worker does for one (subscription, topic, partition) between acquiring
-and releasing it. Each dispatchable record gets its own delivery task that pushes, waits out
-retries (holding only its own key), dead-letters if it must, and then acknowledges into the
-merge. Records already acknowledged before a restore are skipped, never pushed again. In batch
-push mode (``sub.batch`` set) a :class:`worker.batch_delivery.BatchDispatcher` takes batches
-from the same window instead, one task per batch.
+and releasing it: feed fetched records through the filter into the ordering window, merge
+acknowledgements into the offset state, pause the fetch when the buffer is full. Records
+already acknowledged before a restore are skipped, never pushed again. What happens between
+the window and the acknowledgement is the partition's :class:`ferry.worker.delivery.Delivery` —
+one record per POST (:class:`ferry.worker.single_delivery.SingleDelivery`) or batches
+(:class:`ferry.worker.batch_delivery.BatchDelivery`, ``sub.batch`` set) — working through the
+narrow port this runner offers it (:class:`ferry.worker.delivery.DeliveryPort`).
 
 States: running → (paused: subscription paused, nothing new starts) → closing (release: no new
 pushes, in-flight ones get the drain timeout) → closed. ``fence()`` jumps straight to closed,
@@ -24,13 +26,15 @@ from ferry import log
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
 from ferry.worker import admission, durable_retry
-from ferry.worker.batch_delivery import BatchDispatcher
+from ferry.worker.batch_delivery import BatchDelivery
 from ferry.worker.context import Context
 from ferry.worker.deadletter import DeadLetterSink
+from ferry.worker.delivery import Delivery
 from ferry.worker.offset_merge import OffsetMerge
 from ferry.worker.producer import ProduceFailed
 from ferry.worker.push import Record
-from ferry.worker.retry import RetryPolicy, parse_retry_after
+from ferry.worker.retry import RetryPolicy
+from ferry.worker.single_delivery import SingleDelivery
 from ferry.worker.stall import Stall
 from ferry.worker.window import Window
 
@@ -81,7 +85,6 @@ class PartitionRunner:
         self.high_watermark: int | None = None
         self.buffered_bytes = 0
         self.delivered = self.retried = self.dead_lettered = self.filtered = self.deferred = 0
-        self._warned_no_store = False
         # What the record trace shows of records being pushed: offset → (state, attempts, last
         # status, last error, next attempt at epoch ms).
         self.live: dict[int, tuple[str, int, int | None, str | None, int | None]] = {}
@@ -97,9 +100,7 @@ class PartitionRunner:
         self._m_filtered = m.filtered.labels(sub.name)
         self.admission = admission.for_subscription(sub, ctx.client.cluster)
         self.m_latency = m.push_latency.labels(sub.name)
-        self._batches: BatchDispatcher | None = BatchDispatcher(self, sub.batch) if sub.batch else None
-        self._hold_until = self._hold_rule(sub)
-        self._wake: asyncio.TimerHandle | None = None
+        self.delivery: Delivery = self._delivery_for(sub)
 
     # --- input ---------------------------------------------------------------------------
 
@@ -178,38 +179,28 @@ class PartitionRunner:
         self._m_filtered.inc(len(records))
         self.dirty = True
 
-    def _hold_rule(self, sub: Subscription) -> Callable[[Record], float] | None:
-        hold = getattr(self.ctx.client, "hold_until", None)
-        return hold(sub, self.ref.topic, self.ref.partition) if hold is not None else None
+    def _delivery_for(self, sub: Subscription) -> Delivery:
+        return BatchDelivery(self, sub.batch) if sub.batch is not None else SingleDelivery(self)
 
     def update(self, sub: Subscription) -> None:
         self.sub = sub
-        self._hold_until = self._hold_rule(sub)
         self.admission = admission.for_subscription(sub, self.ctx.client.cluster, self.admission)
         self.policy = RetryPolicy(sub.retry)
         if (sub.ordering, sub.max_in_flight) != (self.window.ordering, self.window.max_in_flight):
             self.window.reconfigure(sub.ordering, sub.max_in_flight)
-        if sub.batch is None:
-            if self._batches is not None:
-                self._batches.close()
-            self._batches = None
-        elif self._batches is None:
-            self._batches = BatchDispatcher(self, sub.batch)
+        if isinstance(self.delivery, BatchDelivery) != (sub.batch is not None):
+            # Batch mode turned on or off: in-flight pushes finish as they started.
+            self.delivery.close()
+            self.delivery = self._delivery_for(sub)
         else:
-            self._batches.reconfigure(sub.batch)
+            self.delivery.update(sub)
         self.pump()
 
     # --- dispatch ------------------------------------------------------------------------
 
     def pump(self) -> None:
         if not self.closing and self.sub.state == "active":
-            if self._batches is not None:
-                self._batches.pump()
-            elif self._hold_until is not None and self.window.ordering == "none":
-                self._pump_due()
-            else:
-                for record in self.window.take():
-                    self.start_task(self._deliver(record))
+            self.delivery.pump()
         full = self.window.pending >= self.ctx.prefetch_records or self.buffered_bytes >= self.ctx.prefetch_bytes
         if full and not self._fetch_paused:
             self._fetch_paused = True
@@ -218,127 +209,10 @@ class PartitionRunner:
             self._fetch_paused = False
             self._resume_fetch()
 
-    def _pump_due(self) -> None:
-        """Start only the records whose time has come (a delay level, a consumer delay); wake up
-        when the next one's has. The rest wait in the buffer, so the fetch pauses as it fills."""
-        assert self._hold_until is not None
-        now_ms = time.time() * 1000
-        records, held_ms = self.window.take_due(self._hold_until, now_ms)
-        for record in records:
-            self.start_task(self._deliver(record))
-        if held_ms is not None and self._wake is None:
-            self._wake = asyncio.get_running_loop().call_later((held_ms - now_ms) / 1000, self._woken)
-
-    def _woken(self) -> None:
-        self._wake = None
-        self.pump()
-
-    def _stop_waking(self) -> None:
-        if self._wake is not None:
-            self._wake.cancel()
-            self._wake = None
-
     def start_task(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _deliver(self, record: Record) -> None:
-        lease = self.ctx.lease
-        # A durable retry (read from the retry topic) counts on from the pushes already made.
-        attempt = durable_retry.prior_attempts(record) if record.topic == self.sub.retry_topic else 0
-        dead = deferred = False
-        live = self.live
-        offset = record.offset
-        last_status: int | None = None
-        last_error: str | None = None
-        if self.sub.delay_ms:  # delayed consumption: not before the record's time + delay_ms
-            due_ms = record.timestamp_ms + self.sub.delay_ms
-            hold_s = due_ms / 1000 - time.time()
-            if hold_s > 0:
-                live[offset] = ("waiting_retry", 0, None, "held by the subscription's delay_ms", due_ms)
-                await asyncio.sleep(hold_s)
-        while True:
-            if not lease.allowed():
-                await lease.wait()
-            attempt += 1
-            live[offset] = ("in_flight", attempt, last_status, last_error, None)
-            if attempt > 1:
-                self.retried += 1
-                self.m_retried.inc()
-            conc = self.sub.concurrency
-            gate = None if conc is None else self.ctx.gates.for_endpoint(self.sub.endpoint.url, conc.min, conc.max)
-            at_send = await gate.acquire(self.ref) if gate is not None else 0
-            started = time.monotonic()
-            try:
-                result = await self.ctx.client.push(self.sub, record, attempt, self.ref.cluster)
-            except BaseException:
-                if gate is not None:
-                    gate.release(time.monotonic() - started, at_send, overloaded=False)
-                raise
-            latency = time.monotonic() - started
-            self.m_latency.observe(latency)
-            status = result.status
-            if gate is not None:
-                gate.release(latency, at_send, overloaded=status in (429, 503) or status is None)
-            if status is not None and 200 <= status < 300:
-                break
-            if status is not None:
-                wait_s = parse_retry_after(result.retry_after, time.time())
-                decision = self.policy.after_status(attempt, status, wait_s)
-            else:
-                decision = self.policy.after_error(attempt, result.error or "no answer")
-            if decision.action == "ack":
-                break
-            if decision.action == "dead_letter":
-                await self.dead_letter(record, decision.reason, attempt)
-                dead = True
-                break
-            last_status, last_error = status, (None if status is not None else result.error)
-            if self.sub.retry.mode == "durable" and await self._defer(record, attempt, decision.delay_s):
-                deferred = True  # it waits in the delay store: this copy is done
-                break
-            live[offset] = (
-                "waiting_retry",
-                attempt,
-                last_status,
-                last_error,
-                int((time.time() + decision.delay_s) * 1000),
-            )
-            _log.info(
-                "push.retry",
-                subscription=self.sub.name,
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                attempt=attempt,
-                delay_s=round(decision.delay_s, 3),
-                reason=decision.reason,
-            )
-            await asyncio.sleep(decision.delay_s)
-        live.pop(offset, None)
-        self._acknowledged(record, dead, deferred)
-
-    async def _defer(self, record: Record, attempts: int, delay_s: float) -> bool:
-        """Hand a record whose retry is due in ``delay_s`` to the delay store (durable retries);
-        False when it must wait in memory instead (no delay store, or the broker refused it)."""
-        deferrals = self.ctx.deferrals
-        if deferrals is None:
-            if not self._warned_no_store:
-                self._warned_no_store = True
-                _log.warning(
-                    "retry.durable_unavailable",
-                    subscription=self.sub.name,
-                    hint="durable retries need the delay store: set FERRY_INTERNAL_WORK=true; retrying in memory",
-                )
-            return False
-        try:
-            await deferrals.send(self.sub, record, attempts, int((time.time() + delay_s) * 1000))
-        except ProduceFailed as exc:
-            _log.error("retry.defer_failed", subscription=self.sub.name, offset=record.offset, error=str(exc))
-            return False
-        self.deferred += 1
-        return True
 
     async def dead_letter(self, record: Record, reason: str, attempts: int) -> None:
         delay_s = 0.5
@@ -353,14 +227,14 @@ class PartitionRunner:
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 30)
 
-    def _acknowledged(self, record: Record, dead: bool, deferred: bool = False) -> None:
+    def acknowledged(self, record: Record, dead: bool, deferred: bool = False) -> None:
         assert self.merge is not None
         self.merge.ack(record.offset)
         self.window.finish(record)
         self.buffered_bytes -= record.size
         self.dirty = True
         if deferred:
-            pass  # counted by _defer; its delivery is counted where it is pushed again
+            pass  # counted when deferred; its delivery is counted where it is pushed again
         elif dead:
             self.dead_lettered += 1
             self._m_dead.inc()
@@ -403,10 +277,8 @@ class PartitionRunner:
         """Stop starting pushes; give in-flight ones up to the drain timeout; abandon the rest
         (they stay unacknowledged and the next owner delivers them)."""
         self.closing = True
-        self._stop_waking()
+        self.delivery.close()
         self.window.clear()
-        if self._batches is not None:
-            self._batches.close()
         if self._tasks:
             _, still = await asyncio.wait(set(self._tasks), timeout=drain_timeout_s)
             if still:
@@ -415,10 +287,8 @@ class PartitionRunner:
 
     async def fence(self) -> None:
         self.closing = True
-        self._stop_waking()
+        self.delivery.close()
         self.window.clear()
-        if self._batches is not None:
-            self._batches.close()
         await self._cancel(set(self._tasks))
 
     @staticmethod
@@ -434,7 +304,7 @@ class PartitionRunner:
         working = self.sub.state == "active" and not self.closing
         working = working and (self.window.in_flight > 0 or self.window.pending > 0)
         # Records not yet due (a delay level, a consumer delay) hold nothing up.
-        working = working and not (self._wake is not None and self.window.in_flight == 0)
+        working = working and not (self.delivery.waiting_for_time and self.window.in_flight == 0)
         committed = self.merge.committed if self.merge is not None else None
         self._stall.observe(committed, working, now)
         event = self._stall.report(STALL_LOG_S)

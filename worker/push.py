@@ -181,6 +181,22 @@ class PushClient:
     async def close(self) -> None:
         self._pool.close()
 
+    async def push_batch(self, sub: Subscription, body: bytes, read_body: int) -> BatchPushResult:
+        """POST one CloudEvents batch (body built by :mod:`worker.batch`) and read up to
+        ``read_body`` bytes of the answer."""
+        headers = {"Content-Type": BATCH_CONTENT_TYPE}
+        if sub.endpoint.headers:
+            headers.update(sub.endpoint.headers)
+        try:
+            answer = await self._pool.post(
+                sub.endpoint.url, headers, body, sub.endpoint.timeout_ms / 1000, read_body=read_body
+            )
+        except EndpointRefused as exc:
+            return BatchPushResult(None, error=f"refused: {exc}")
+        except PushError as exc:
+            return BatchPushResult(None, error=str(exc))
+        return BatchPushResult(answer.status, answer.retry_after, answer.body, answer.truncated)
+
     def hold_until(self, sub: Subscription, topic: str, partition: int) -> Callable[[Record], float] | None:
         """For a partition whose records must not start before a time that rises with their
         offsets: that time (epoch ms) per record, so the partition admits each record only then
@@ -267,19 +283,3 @@ class BatchPushResult:
     body: bytes = b""
     truncated: bool = False
     error: str | None = None
-
-
-async def push_batch(client: PushClient, sub: Subscription, body: bytes, read_body: int) -> BatchPushResult:
-    """POST one CloudEvents batch (body built by :mod:`worker.batch`) and read the answer body."""
-    headers = {"Content-Type": BATCH_CONTENT_TYPE}
-    if sub.endpoint.headers:
-        headers.update(sub.endpoint.headers)
-    try:
-        answer = await client._pool.post(
-            sub.endpoint.url, headers, body, sub.endpoint.timeout_ms / 1000, read_body=read_body
-        )
-    except EndpointRefused as exc:
-        return BatchPushResult(None, error=f"refused: {exc}")
-    except PushError as exc:
-        return BatchPushResult(None, error=str(exc))
-    return BatchPushResult(answer.status, answer.retry_after, answer.body, answer.truncated)

@@ -1,5 +1,5 @@
-"""Mutation check of the in-process runner tests: break the runner's ordering, acking or
-watermark in one place at a time and show that tests/unit/test_runner.py fails for each.
+"""Mutation check of the in-process runner tests: break the runner's (or a delivery's) ordering,
+acking or watermark in one place at a time and show that tests/unit/test_runner.py fails for each.
 
     python -m tests.support.mutate
 
@@ -31,15 +31,27 @@ MUTATIONS = [
     ),
     (
         "a dead-lettered record is never acknowledged",
-        "worker/partition.py",
-        "        self._acknowledged(record, dead)",
-        "        if not dead:\n            self._acknowledged(record, dead)",
+        "worker/single_delivery.py",
+        "        port.acknowledged(record, dead, deferred)",
+        "        if not dead:\n            port.acknowledged(record, dead, deferred)",
     ),
     (
         "a retry is not waited for",
-        "worker/partition.py",
+        "worker/single_delivery.py",
         "            await asyncio.sleep(decision.delay_s)",
         "            await asyncio.sleep(0)",
+    ),
+    (
+        "a batch's records to push again are dropped",
+        "worker/batch_delivery.py",
+        "            records, pushes, charged = again_records, again_pushes, again_charged",
+        "            records, pushes, charged = [], [], []",
+    ),
+    (
+        "a batch's dead letters are never acknowledged",
+        "worker/batch_delivery.py",
+        "            if dead:\n                runner.acknowledged_many(dead, dead=True)",
+        "            if False:\n                runner.acknowledged_many(dead, dead=True)",
     ),
     (
         "the filter is ignored",

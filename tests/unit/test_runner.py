@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -206,13 +207,9 @@ def test_delay_ms_holds_each_record_until_its_time_plus_the_delay() -> None:
     assert holder["done"] == 1 and len(endpoint.pushes) == 1
 
 
-def test_records_held_until_due_start_on_time_and_hold_no_slot_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_records_held_until_due_start_on_time_and_hold_no_slot_meanwhile() -> None:
     """A partition whose client says when each record may start (a delay level, a consumer
     delay): records wait in the buffer, not in flight, and each starts at its time."""
-    import types
-
-    from ferry.worker import partition as partition_module
-
     epoch = 1_800_000_000.0
     holder: dict[str, Any] = {}
 
@@ -222,11 +219,9 @@ def test_records_held_until_due_start_on_time_and_hold_no_slot_meanwhile(monkeyp
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-        monkeypatch.setattr(
-            partition_module, "time", types.SimpleNamespace(time=lambda: epoch + loop.time(), monotonic=loop.time)
-        )
         endpoint = Held({})
         ctx = Context("w1", endpoint, DeadLetters(), WorkerMetrics(), Lease(), 50, 1 << 30)  # type: ignore[arg-type]
+        ctx.wall_clock = lambda: epoch + loop.time()  # the virtual clock
         sub = parse({"name": "s", "topics": ["t"], "endpoint": {"url": "http://e/h"}, "ordering": "none"})
         paused: list[bool] = []
         runner = PartitionRunner(
@@ -251,3 +246,114 @@ def test_records_held_until_due_start_on_time_and_hold_no_slot_meanwhile(monkeyp
     assert holder["early"] == (0, 0, [True])  # nothing started, nothing in flight; the fetch paused
     assert holder["committed"] == 200 and holder["most_in_flight"] <= 3
     assert len(holder["late_ms"]) == 200 and all(0 <= ms < 1 for ms in holder["late_ms"])
+
+
+# --- batch push mode: the same runner with the batch delivery --------------------------------
+
+
+@dataclass
+class BatchEndpoint(Endpoint):
+    """Answers whole batches in call order from ``batches`` (then 200); records every event it
+    received as a push ``(t, key, offset, ferryattempt)`` and every batch's size."""
+
+    batches: list[int | None] = field(default_factory=list)  # None: the connection is refused
+    sizes: list[int] = field(default_factory=list)
+
+    async def push_batch(self, sub: Subscription, body: bytes, read_body: int) -> Any:
+        from ferry.worker.push import BatchPushResult
+
+        events = json.loads(body)
+        now = asyncio.get_running_loop().time()
+        for e in events:
+            self.pushes.append((now, e.get("partitionkey", ""), e["kafkaoffset"], e["ferryattempt"]))
+        call = len(self.sizes)
+        self.sizes.append(len(events))
+        await asyncio.sleep(LATENCY_S)
+        status = self.batches[call] if call < len(self.batches) else 200
+        if status is None:
+            return BatchPushResult(None, error="refused: connection refused")
+        return BatchPushResult(status, None, b"", False)
+
+
+def batch_scenario(
+    keys: list[str], batches: list[int], **sub_fields: Any
+) -> tuple[BatchEndpoint, DeadLetters, PartitionRunner]:
+    endpoint = BatchEndpoint({}, batches=batches)
+    return _run_with(endpoint, keys, {"batch": {"max_records": 8}, **sub_fields})
+
+
+def _run_with(endpoint: Any, keys: list[str], sub_fields: dict[str, Any]) -> tuple[Any, DeadLetters, PartitionRunner]:
+    doc = {
+        "name": "s",
+        "topics": ["t"],
+        "endpoint": {"url": "http://e/hook"},
+        "retry": {"max_attempts": 4, "initial_backoff_ms": 1000, "max_backoff_ms": 8000},
+        **sub_fields,
+    }
+    sub = parse(doc)
+    dead = DeadLetters()
+
+    async def main() -> PartitionRunner:
+        ctx = Context("w1", endpoint, dead, WorkerMetrics(), Lease(), 10_000, 1 << 30)
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        runner.feed([Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(keys)], len(keys), None)
+        for _ in range(10_000):  # bounded: until every record is settled
+            await asyncio.sleep(0.05)
+            if runner.merge is not None and runner.merge.committed == len(keys) and not runner._tasks:
+                break
+        return runner
+
+    return endpoint, dead, run(main())
+
+
+@pytest.mark.parametrize(
+    ("name", "batches", "attempts", "retried"),
+    [
+        ("accepted at once", [], [1], 0),
+        ("503, 503, then 200: the whole batch again, attempt by attempt", [503, 503], [1, 2, 3], 16),
+        ("a refused connection is retried like a 503", [None], [1, 2], 8),
+        ("a 500 is retried too", [500, 503, 500], [1, 2, 3, 4], 24),
+    ],
+)
+def test_a_batch_is_pushed_again_whole_until_accepted(
+    name: str, batches: list[int | None], attempts: list[int], retried: int
+) -> None:
+    keys = [f"k{i % 3}" for i in range(8)]  # one batch of 8
+    endpoint, dead, runner = batch_scenario(keys, batches, ordering="none")
+    assert runner.merge is not None and runner.merge.committed == 8, name
+    assert dead.sent == [] and runner.delivered == 8 and runner.retried == retried
+    for offset in range(8):
+        assert [a for _, _, o, a in endpoint.pushes if o == offset] == attempts, offset
+    assert endpoint.sizes == [8] * len(attempts)
+
+
+def test_attempts_run_out_for_the_whole_batch_then_each_record_is_dead_lettered() -> None:
+    endpoint, dead, runner = batch_scenario([f"k{i}" for i in range(4)], [503] * 10, ordering="none")
+    assert runner.merge is not None and runner.merge.committed == 4 and runner.dead_lettered == 4
+    assert sorted((o, a) for o, _, a in dead.sent) == [(o, 4) for o in range(4)]
+    assert endpoint.sizes == [4, 4, 4, 4]  # max_attempts 4
+
+
+def test_a_batch_too_large_is_split_and_stays_smaller() -> None:
+    endpoint, dead, runner = batch_scenario([f"k{i}" for i in range(8)], [413], ordering="none")
+    assert runner.merge is not None and runner.merge.committed == 8
+    assert endpoint.sizes == [8, 4, 4]  # halves, in order; none of them charged an attempt
+    assert {a for *_, a in endpoint.pushes} == {1, 2} and dead.sent == []
+
+
+def test_batches_keep_per_key_order_and_retries_hold_their_keys() -> None:
+    keys = ["a", "b", "a", "c", "a", "b"] * 4  # 24 records, 3 batches of 8 may be in flight
+    endpoint, dead, runner = batch_scenario(keys, [503], ordering="key")
+    assert runner.merge is not None and runner.merge.committed == 24 and dead.sent == []
+    for key in "abc":
+        firsts = [o for _, k, o, a in endpoint.pushes if k == key and a == 1]
+        assert firsts == sorted(firsts), key
+        delivered = [o for _, k, o, _ in endpoint.pushes if k == key]
+        # a key's record is never pushed after a later record of the same key was accepted
+        assert delivered == sorted(delivered) or len(set(delivered)) < len(delivered)
+
+
+def test_a_single_record_batch_refused_for_good_is_dead_lettered_and_acknowledged() -> None:
+    _, dead, runner = batch_scenario(["only"], [400], ordering="none")
+    assert runner.merge is not None and runner.merge.committed == 1
+    assert [(o, a) for o, _, a in dead.sent] == [(0, 1)] and runner.dead_lettered == 1
