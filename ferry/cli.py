@@ -29,6 +29,13 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument(
         "--demo", action="store_true", help="also run a demo topic, producer, echo endpoint and subscription"
     )
+    dev.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="NAME[:PARTITIONS]",
+        help="create this topic in the broker (default 1 partition; repeatable)",
+    )
 
     sub.add_parser("coordinator", help="run a coordinator (one leader is elected among all)")
     worker = sub.add_parser("worker", help="run a worker")

@@ -115,6 +115,6 @@ def plan(current: Sequence[Doc], desired: Sequence[Doc], *, prune: bool, force: 
 
 def diff(current: Doc | None, desired: Doc | None, name: str) -> str:
     def lines(d: Doc | None) -> list[str]:
-        return [] if d is None else json.dumps(d, indent=2, sort_keys=True).splitlines(keepends=True)
+        return [] if d is None else (json.dumps(d, indent=2, sort_keys=True) + "\n").splitlines(keepends=True)
 
     return "".join(difflib.unified_diff(lines(current), lines(desired), f"portal/{name}", f"files/{name}"))

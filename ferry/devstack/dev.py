@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import secrets
 import signal
 import sys
@@ -26,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ferry import log, zkpaths
+from ferry import kafka, log, zkpaths
 from ferry.config import Settings
 from ferry.devstack import embedded
 from ferry.errors import ConfigError, FerryError
@@ -93,6 +94,21 @@ def _port(value: int, flag: str) -> int:
     return value
 
 
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def parse_topic(text: str) -> tuple[str, int]:
+    """``--topic NAME[:PARTITIONS]``: the topic to create and its partition count (default 1)."""
+    name, sep, count = text.partition(":")
+    if not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise ConfigError("--topic", f"{name!r} is not a Kafka topic name (letters, digits, . _ -)")
+    if not sep:
+        return name, 1
+    if not count.isdigit() or not 1 <= int(count) <= 1000:
+        raise ConfigError("--topic", f"{text!r}: the partition count after ':' must be 1-1000")
+    return name, int(count)
+
+
 def _http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as r:  # noqa: S310 - loopback URL we built
@@ -147,6 +163,7 @@ class DevStack:
             raise ConfigError("--workers", "must be at least 1")
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "state.json").unlink(missing_ok=True)
+        topics = [parse_topic(t) for t in getattr(a, "topic", [])]  # refused before anything starts
         zk_port = _port(a.zk_port, "--zk-port")
         kafka_port = _port(a.kafka_port, "--kafka-port")
         portal_port = _port(a.portal_port, "--portal-port")
@@ -202,6 +219,9 @@ class DevStack:
             "offsets_topic": self.settings.kafka.offsets_topic,
         }
         self._wait_ready(zk_connect, portal_url, a.workers, gateway_url)
+        for name, partitions in topics:
+            kafka.ensure_topic({"bootstrap.servers": bootstrap}, name, partitions)
+        self.state["topics"] = {name: partitions for name, partitions in topics}
         if a.demo:
             self._demo(bootstrap, portal_url, gateway_url, token)
         self._write_state()
@@ -209,6 +229,7 @@ class DevStack:
             f"ferry dev is ready\n  portal:      {portal_url}  (admin token: {token})\n"
             f"  gateway:     {gateway_url}\n"
             f"  kafka:       {bootstrap}\n  zookeeper:   {zk_connect}\n  state:       {self.dir / 'state.json'}\n"
+            + "".join(f"  topic:       {n} ({p} partition{'s' if p != 1 else ''})\n" for n, p in topics)
             + (f"  demo echo:   {self.state['demo_endpoint_url']}\n" if a.demo else "")
             + "Stop with Ctrl-C.",
             flush=True,
@@ -242,7 +263,6 @@ class DevStack:
             zk.close()
 
     def _demo(self, bootstrap: str, portal_url: str, gateway_url: str, token: str) -> None:
-        from ferry import kafka
         from ferry.devstack import demo
 
         kafka.ensure_topic({"bootstrap.servers": bootstrap}, demo.DEMO_TOPIC, 4)

@@ -24,9 +24,11 @@ pytestmark = pytest.mark.integration
 
 
 def test_dev_stack_delivers_and_stops_cleanly(tmp_path: Path, endpoint: EndpointRecorder) -> None:
-    stack = DevStack(tmp_path, workers=2)
+    topic = f"dev-{secrets.token_hex(3)}"
+    stack = DevStack(tmp_path, workers=2, args=["--topic", f"{topic}:3"])
     with stack:
         s = stack.state
+        assert s["topics"] == {topic: 3}  # created by ferry dev --topic
         assert {
             "portal_url",
             "gateway_url",
@@ -40,8 +42,6 @@ def test_dev_stack_delivers_and_stops_cleanly(tmp_path: Path, endpoint: Endpoint
         roles = sorted(p["role"] for p in s["processes"])
         assert roles == ["coordinator", "gateway", "kafka", "portal", "worker", "worker", "zookeeper"]
         assert {p.get("id") for p in s["processes"] if p["role"] == "worker"} == {"worker-1", "worker-2"}
-        topic = f"dev-{secrets.token_hex(3)}"
-        create_topic(s["kafka_bootstrap"], topic, 3)
         api = httpx.Client(base_url=s["portal_url"], headers={"Authorization": f"Bearer {s['admin_token']}"})
         r = api.post(
             "/api/v1/subscriptions", json={"name": "dev-sub", "topics": [topic], "endpoint": {"url": endpoint.url}}

@@ -29,8 +29,10 @@ class DevStack:
         demo: bool = False,
         ready_timeout_s: float = 120.0,
         env: dict[str, str] | None = None,
+        args: list[str] | None = None,
     ) -> None:
         self.env = {**os.environ, **(env or {})}
+        self.args = args or []
         self.dir = tmp / "ferry-dev"
         self.workers = workers
         self.demo = demo
@@ -61,6 +63,7 @@ class DevStack:
         ]
         if self.demo:
             argv.append("--demo")
+        argv += self.args
         (self.dir / "state.json").unlink(missing_ok=True)  # an earlier run's, in the same directory
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.env)

@@ -105,3 +105,28 @@ def test_port_explicit_free_port_is_kept() -> None:
 def test_dev_flags_and_contract_defaults(argv: list[str], expected: dict[str, object]) -> None:
     args = build_parser().parse_args(["dev", *argv])
     assert {k: getattr(args, k) for k in expected} == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("orders", ("orders", 1)), ("orders:3", ("orders", 3)), ("a.b_c-d:1000", ("a.b_c-d", 1000))],
+)
+def test_topic_flag(text: str, expected: tuple[str, int]) -> None:
+    assert dev.parse_topic(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("bad topic", "is not a Kafka topic name"),
+        ("..", "is not a Kafka topic name"),
+        (":3", "is not a Kafka topic name"),
+        ("x:0", "must be 1-1000"),
+        ("x:", "must be 1-1000"),
+        ("x:1001", "must be 1-1000"),
+        ("x:three", "must be 1-1000"),
+    ],
+)
+def test_a_bad_topic_flag_is_refused_naming_it(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=f"--topic: .*{message}"):
+        dev.parse_topic(text)
