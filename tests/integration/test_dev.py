@@ -133,7 +133,26 @@ def test_children_die_with_a_killed_ferry_dev(tmp_path: Path) -> None:
         pids = stack.pids()
         assert all(alive(pid) for pid in pids)
         stack.crash()
-        until(lambda: not stack.survivors(), timeout_s=30, what=f"children {pids} gone after kill -9 of ferry dev")
+        try:
+            until(lambda: not stack.survivors(), timeout_s=30, what=f"children {pids} gone after kill -9 of ferry dev")
+        except AssertionError as exc:  # say what is left and in which state, for the next reader
+            raise AssertionError(f"{exc}; still there: {_describe(stack.survivors())}") from None
+
+
+def _describe(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        try:
+            status = dict(
+                line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line
+            )
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:80]
+            out.append(
+                f"{pid} state={status.get('State')} ppid={status.get('PPid')} sigcgt={status.get('SigCgt')} {cmd}"
+            )
+        except OSError:
+            out.append(f"{pid} (group members only)")
+    return out
 
 
 def _children_of(pid: int) -> list[int]:
