@@ -2,8 +2,8 @@
 
 Use case: a commit reads its transaction from the log twice (its state, then — after appending the
 decision — every entry up to that decision, so that the first decision in the log stands). Reading
-a partition to its end costs a fetch round trip (~20 ms) and a consumer for the time, which capped
-a gateway at ~110 transactions/s (bench/transactions.py). One consumer per gateway instead follows
+a partition to its end costs a fetch round trip (~20 ms) and a consumer for the time. One
+consumer per gateway instead follows
 every partition of the log from where it was when the gateway started; a read then waits only until
 this view has passed the offset it needs, and folds the entries it kept.
 
@@ -19,6 +19,8 @@ and notifies waiters) → closed.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -51,6 +53,8 @@ class TxnTail:
         self.position: dict[int, int] = {}
         """Per partition, the next offset the view will read: it holds everything below."""
         self._kept: OrderedDict[str, list[tuple[int, bytes]]] = OrderedDict()
+        # Async readers waiting for a partition to pass an offset: (partition, need, loop, future).
+        self._waiters: list[tuple[int, int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._bytes = 0
         self._running = True
         self._thread = threading.Thread(target=self._run, name="ferry-txn-tail", daemon=True)
@@ -77,6 +81,7 @@ class TxnTail:
                     self._take(m)
                 self._evict()
                 self._cond.notify_all()
+                self._wake_waiters()
 
     def _take(self, m: Any) -> None:
         p, offset, err = m.partition(), m.offset(), m.error()
@@ -104,6 +109,23 @@ class TxnTail:
             _, entries = self._kept.popitem(last=False)
             self._bytes -= sum(len(v) for _, v in entries)
 
+    def _wake_waiters(self) -> None:
+        """(Under the lock.) Resolve the async readers whose partition passed their offset."""
+        if not self._waiters:
+            return
+        still = []
+        ready: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+        for waiter in self._waiters:
+            partition, need, loop, fut = waiter
+            if self.position.get(partition, 0) >= need:
+                ready.setdefault(loop, []).append(fut)
+            else:
+                still.append(waiter)
+        self._waiters = still
+        for loop, futures in ready.items():  # one wake-up per loop, not per reader
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_resolve_all, futures)
+
     # --- readers ----------------------------------------------------------------------------
 
     def started(self, timeout_s: float) -> bool:
@@ -129,3 +151,42 @@ class TxnTail:
             if kept is None:
                 return None  # evicted (it was read: the view is past its prepare)
             return [v for o, v in kept if up_to is None or o <= up_to]
+
+    def has_read(self, partition: int, offset: int) -> bool:
+        """Whether the view has read past ``offset`` of ``partition``."""
+        with self._cond:
+            return self.position.get(partition, 0) > offset
+
+    async def entries_async(
+        self, partition: int, prepare_offset: int, txn_id: str, up_to: int | None, wait_s: float
+    ) -> list[bytes] | None:
+        """:meth:`entries` for async code: waits on a future the following thread resolves, so a
+        waiting reader holds no thread."""
+        need = (up_to if up_to is not None else prepare_offset) + 1
+        with self._cond:
+            start = self.start.get(partition)
+            if start is None or prepare_offset < start:
+                return None
+            ready = self.position.get(partition, 0) >= need
+            if not ready:
+                loop = asyncio.get_running_loop()
+                fut: asyncio.Future[None] = loop.create_future()
+                self._waiters.append((partition, need, loop, fut))
+        if not ready:
+            try:
+                await asyncio.wait_for(fut, wait_s)
+            except TimeoutError:
+                with self._cond:
+                    self._waiters = [w for w in self._waiters if w[3] is not fut]
+                return None
+        with self._cond:
+            kept = self._kept.get(txn_id)
+            if kept is None:
+                return None  # evicted (it was read: the view is past its prepare)
+            return [v for o, v in kept if up_to is None or o <= up_to]
+
+
+def _resolve_all(futures: list[asyncio.Future[None]]) -> None:
+    for fut in futures:
+        if not fut.done():
+            fut.set_result(None)

@@ -10,19 +10,24 @@ names where its entries start: ``<partition>.<offset>.<nonce>``, the partition a
 transaction is the fold (:func:`ferry.txn.fold`) of its partition read from the prepare's offset to
 the partition's end — never a scan from the topic's start.
 
-Blocking calls (Kafka I/O): run them in a thread from async code. One :class:`TxnLog` keeps one
-producer (idempotent, ``acks=all``) and one reader, so repeated calls do not reconnect.
+Blocking calls (Kafka I/O) run in a thread from async code; the gateway's hot path uses the
+``*_async`` twins instead, which wait on futures the producer's poll thread (and the live view's
+thread) resolve, so a transaction in flight holds no thread. One :class:`TxnLog` keeps one
+producer (idempotent, ``acks=all``) and its readers, so repeated calls do not reconnect.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 import queue
 import re
 import secrets
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -37,6 +42,10 @@ DEFAULT_TOPIC = "__ferry_txn"
 PARTITIONS = 9
 READERS = 8
 """Readers of one :class:`TxnLog` (each a consumer): reads of different transactions run in parallel."""
+OWN_PREPARES = 10_000
+"""Prepares this process wrote, kept until its live view has read them (a commit that follows at
+once need not wait for the view to fetch its prepare)."""
+_OnDelivery = Callable[[KafkaError | None, Message], None]
 RETENTION_MS = 7 * 24 * 3600 * 1000  # far beyond the longest life of a transaction (timeout + checks)
 _ID = re.compile(r"^(\d{1,6})\.(\d{1,19})\.([0-9a-f]{16})$")
 
@@ -121,6 +130,9 @@ class TxnLog:
         self.producer = kafka.producer(
             {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": 2}, "txn-log"
         )
+        self._own: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        # Acknowledgements for async writers, handed to their loops after each poll.
+        self._due: deque[tuple[asyncio.AbstractEventLoop, Callable[..., None], tuple[Any, ...]]] = deque()
         # Deliveries are served by one poll thread; a writer waits on its own event, so concurrent
         # writes share the producer's batches instead of taking turns polling it.
         self._running = True
@@ -136,6 +148,19 @@ class TxnLog:
     def _poll(self) -> None:
         while self._running:
             self.producer.poll(0.05)
+            if self._due:
+                self._hand_over()
+
+    def _hand_over(self) -> None:
+        """(The poll thread.) Settle the futures of every acknowledgement this poll served with
+        one wake-up of each waiting event loop, not one per record."""
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., None], tuple[Any, ...]]]] = {}
+        while self._due:
+            loop, fn, args = self._due.popleft()
+            by_loop.setdefault(loop, []).append((fn, args))
+        for loop, calls in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(_run_all, calls)
 
     def ensure(self) -> int:
         """Create the log topic unless it exists; returns its partition count."""
@@ -172,14 +197,53 @@ class TxnLog:
         """Store a later entry of ``txn_id`` in its partition; its offset."""
         return self._produce(txn_id.partition, str(txn_id).encode(), {**entry, "id": str(txn_id)})
 
-    def _produce(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> int:
-        done = threading.Event()
-        result: dict[str, Any] = {}
+    async def prepare_async(self, entry: Mapping[str, Any]) -> TxnId:
+        """:meth:`prepare` without a thread: awaits the acknowledgement."""
+        partitions = self._partitions
+        if partitions is None:
+            partitions = await asyncio.to_thread(self.ensure)
+        nonce = new_nonce()
+        partition = secrets.randbelow(partitions)
+        stored = {**entry, "kind": "prepare", "ts": entry.get("ts", int(time.time() * 1000))}  # as written
+        offset = await self._produce_async(partition, nonce.encode(), stored)
+        txn_id = TxnId(partition, offset, nonce)
+        if self._follow:
+            self._own[str(txn_id)] = stored
+            while len(self._own) > OWN_PREPARES:
+                self._own.popitem(last=False)
+        return txn_id
 
-        def on_delivery(err: KafkaError | None, msg: Message) -> None:
-            result["err"], result["offset"] = err, msg.offset()
-            done.set()
+    async def append_async(self, txn_id: TxnId, entry: Mapping[str, Any]) -> int:
+        """:meth:`append` without a thread: awaits the acknowledgement."""
+        return await self._produce_async(txn_id.partition, str(txn_id).encode(), {**entry, "id": str(txn_id)})
 
+    async def _produce_async(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> int:
+        loop = asyncio.get_running_loop()
+        acked: asyncio.Future[tuple[KafkaError | None, int]] = loop.create_future()
+
+        def settle(err: KafkaError | None, offset: int) -> None:
+            if not acked.done():
+                acked.set_result((err, offset))
+
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:  # the poll thread
+            self._due.append((loop, settle, (err, msg.offset())))
+
+        value = self._send(partition, key, entry, on_delivery)
+        try:
+            err, offset = await asyncio.wait_for(acked, self.timeout_s)
+        except TimeoutError:
+            raise TxnLogError(
+                f"the transaction log {self.topic!r} did not acknowledge within {self.timeout_s:g} s"
+            ) from None
+        return self._acknowledged(err, offset, len(value))
+
+    def _send(
+        self,
+        partition: int,
+        key: bytes,
+        entry: Mapping[str, Any],
+        on_delivery: Callable[[KafkaError | None, Message], None],
+    ) -> bytes:
         value = encode({**entry, "ts": entry.get("ts", int(time.time() * 1000))})
         try:
             self.producer.produce(self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
@@ -189,13 +253,63 @@ class TxnLog:
             raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {exc}") from None
         except BufferError as exc:
             raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {exc}") from None
+        return value
+
+    def _acknowledged(self, err: KafkaError | None, offset: int, size: int) -> int:
+        if err is not None:
+            if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                raise TxnTooLarge(self.topic, size)
+            raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {err.str()}")
+        return int(offset)
+
+    def _produce(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> int:
+        done = threading.Event()
+        result: dict[str, Any] = {}
+
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            result["err"], result["offset"] = err, msg.offset()
+            done.set()
+
+        value = self._send(partition, key, entry, on_delivery)
         if not done.wait(self.timeout_s):
             raise TxnLogError(f"the transaction log {self.topic!r} did not acknowledge within {self.timeout_s:g} s")
-        if result["err"] is not None:
-            if result["err"].code() == KafkaError.MSG_SIZE_TOO_LARGE:
-                raise TxnTooLarge(self.topic, len(value))
-            raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {result['err'].str()}")
-        return int(result["offset"])
+        return self._acknowledged(result["err"], result["offset"], len(value))
+
+    async def write_records_async(
+        self, txn_id: str, records: list[dict[str, Any]], timeout_s: float = 30.0
+    ) -> list[dict[str, Any]]:
+        """:func:`write_records` through this log's producer, without a thread: the poll thread
+        settles one future when the last record is acknowledged."""
+        loop = asyncio.get_running_loop()
+        results: list[dict[str, Any] | None] = [None] * len(records)
+        all_in: asyncio.Future[None] = loop.create_future()
+        left = [len(records)]
+
+        def settle(i: int, result: dict[str, Any]) -> None:
+            results[i] = result
+            left[0] -= 1
+            if left[0] == 0 and not all_in.done():
+                all_in.set_result(None)
+
+        def done(i: int) -> _OnDelivery:
+            def on_delivery(err: KafkaError | None, msg: Message) -> None:  # the poll thread
+                answer = {"partition": msg.partition(), "offset": msg.offset()} if err is None else {"error": err.str()}
+                self._due.append((loop, settle, (i, answer)))
+
+            return on_delivery
+
+        for seq, rec in enumerate(records):
+            args, kwargs = _record_args(txn_id, seq, rec)
+            while True:
+                try:
+                    self.producer.produce(*args, on_delivery=done(seq), **kwargs)
+                    break
+                except BufferError:
+                    await asyncio.sleep(0.01)  # the poll thread drains the queue
+        if records:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(all_in), timeout_s)
+        return _all_acknowledged(txn_id, results)
 
     # --- reading ----------------------------------------------------------------------------
 
@@ -258,6 +372,28 @@ class TxnLog:
         finally:
             self._readers.put(reader)
         return _fold(me, entries)
+
+    async def read_async(
+        self, txn_id: TxnId, up_to: int | None = None, *, recent: bool = False
+    ) -> tuple[txn.Txn | None, dict[str, Any] | None]:
+        """:meth:`read`, answered by the live view without a thread when it can vouch for the
+        transaction; else the log is read in a thread."""
+        me = str(txn_id)
+        own = self._own.pop(me, None) if recent else None
+        if own is not None and self._tail is not None and not self._tail.has_read(txn_id.partition, txn_id.offset):
+            # Prepared here a moment ago and not yet seen by the view: nothing else can be known of
+            # it yet, and a recent read may be that far behind (a decision re-reads up to itself).
+            return _fold(me, [dict(own)])
+        if self._tail is not None and (up_to is not None or recent):
+            raw = await self._tail.entries_async(txn_id.partition, txn_id.offset, me, up_to, self.timeout_s / 2)
+            if raw is not None:
+                return _fold(me, [e for e in map(_decode, raw) if e is not None])
+        return await asyncio.to_thread(self.read, txn_id, up_to, recent=recent)
+
+
+def _run_all(calls: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
+    for fn, args in calls:
+        fn(*args)
 
 
 def _decode(value: bytes) -> dict[str, Any] | None:
@@ -323,24 +459,10 @@ def write_records(
         return on_delivery
 
     for seq, rec in enumerate(records):
-        headers: list[tuple[str, str | bytes | None]] = [
-            (str(n), None if v is None else base64.b64decode(v)) for n, v in rec.get("headers") or ()
-        ]
-        headers += [("ferry-transaction-id", txn_id.encode()), ("ferry-transaction-seq", str(seq).encode())]
-        key, value = rec.get("key_b64"), rec.get("value_b64")
-        kwargs: dict[str, Any] = {}
-        if rec.get("partition") is not None:
-            kwargs["partition"] = int(rec["partition"])
+        args, kwargs = _record_args(txn_id, seq, rec)
         while True:
             try:
-                producer.produce(
-                    rec["topic"],
-                    key=None if key is None else base64.b64decode(key),
-                    value=None if value is None else base64.b64decode(value),
-                    headers=headers,
-                    on_delivery=done(seq),
-                    **kwargs,
-                )
+                producer.produce(*args, on_delivery=done(seq), **kwargs)
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -349,9 +471,29 @@ def write_records(
     deadline = time.monotonic() + timeout_s
     while answered[0] < len(records) and time.monotonic() < deadline:
         producer.poll(0.002)
+    return _all_acknowledged(txn_id, results)
+
+
+def _record_args(txn_id: str, seq: int, rec: dict[str, Any]) -> tuple[tuple[str], dict[str, Any]]:
+    headers: list[tuple[str, str | bytes | None]] = [
+        (str(n), None if v is None else base64.b64decode(v)) for n, v in rec.get("headers") or ()
+    ]
+    headers += [("ferry-transaction-id", txn_id.encode()), ("ferry-transaction-seq", str(seq).encode())]
+    key, value = rec.get("key_b64"), rec.get("value_b64")
+    kwargs: dict[str, Any] = {
+        "key": None if key is None else base64.b64decode(key),
+        "value": None if value is None else base64.b64decode(value),
+        "headers": headers,
+    }
+    if rec.get("partition") is not None:
+        kwargs["partition"] = int(rec["partition"])
+    return (rec["topic"],), kwargs
+
+
+def _all_acknowledged(txn_id: str, results: list[dict[str, Any] | None]) -> list[dict[str, Any]]:
     if any(r is None or "error" in r for r in results):
         failed = [r for r in results if r is None or "error" in r]
         raise TxnLogError(
-            f"transaction {txn_id}: {len(failed)} of {len(records)} records not acknowledged: {failed[:3]}"
+            f"transaction {txn_id}: {len(failed)} of {len(results)} records not acknowledged: {failed[:3]}"
         )
     return cast(list[dict[str, Any]], results)

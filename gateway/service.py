@@ -30,7 +30,7 @@ from ferry.gateway.tokens import TokenCache
 from ferry.gateway.topics import TopicCache
 from ferry.gateway.transactions import Transactions
 from ferry.netguard import EndpointPolicy
-from ferry.txnlog import TxnLog, write_records
+from ferry.txnlog import TxnLog
 
 _log = log.get_logger(__name__)
 
@@ -107,7 +107,7 @@ def build(settings: Settings) -> Gateway:
     txn_log = TxnLog(kafka_config, topic=settings.kafka.txn_topic, follow=True)
 
     async def write(txn_id: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(write_records, txn_log.producer, txn_id, records, g.produce_timeout_ms / 1000)
+        return await txn_log.write_records_async(txn_id, records, g.produce_timeout_ms / 1000)
 
     return Gateway(
         producer=producer,

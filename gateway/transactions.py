@@ -20,10 +20,11 @@ so the HTTP handlers stay thin and tests can drive them directly.
 from __future__ import annotations
 
 import asyncio
-import functools
+import ipaddress
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from ferry import txn
 from ferry.errors import EndpointRefused, ValidationError
@@ -48,7 +49,10 @@ class Transactions:
         if not isinstance(check_url, str) or not check_url.startswith(("http://", "https://")):
             raise ValidationError("check_url", "must be an http:// or https:// URL")
         try:
-            await asyncio.to_thread(self._policy.check_url, check_url)
+            if _names_an_address(check_url):
+                self._policy.check_url(check_url)  # nothing to resolve: no thread
+            else:
+                await asyncio.to_thread(self._policy.check_url, check_url)
         except EndpointRefused as exc:  # the policy's refusal says which rule and what to change
             raise ValidationError("check_url", str(exc)) from None
         if timeout_ms is None:
@@ -61,45 +65,53 @@ class Transactions:
             "timeout_ms": timeout_ms,
             "ts": int(time.time() * 1000),
         }
-        txn_id = await asyncio.to_thread(self.log.prepare, entry)
+        txn_id = await self.log.prepare_async(entry)
         return {"id": str(txn_id), "state": "prepared"}
 
     async def get(self, raw_id: str) -> dict[str, Any]:
         tid = _parse(raw_id)
-        state, _ = await asyncio.to_thread(self.log.read, tid)
+        state, _ = await self.log.read_async(tid)
         if state is None:
             raise txn.UnknownTransaction(_unknown(raw_id))
         return state.public()
 
     async def commit(self, raw_id: str) -> dict[str, Any]:
         tid = _parse(raw_id)
-        state, prepare = await asyncio.to_thread(functools.partial(self.log.read, tid, recent=True))
+        state, prepare = await self.log.read_async(tid, recent=True)
         answer = txn.decide(state, "commit", raw_id)
         if answer == "finish":
             # The live view may be a few ms behind a `committed` entry: writing the records again
             # would duplicate them, so look at the whole log before finishing a commit.
-            state, prepare = await asyncio.to_thread(self.log.read, tid)
+            state, prepare = await self.log.read_async(tid)
             answer = txn.decide(state, "commit", raw_id)
         if answer == "append":
-            at = await asyncio.to_thread(self.log.append, tid, {"kind": "commit", "by": "producer"})
-            state, prepare = await asyncio.to_thread(self.log.read, tid, at)
+            at = await self.log.append_async(tid, {"kind": "commit", "by": "producer"})
+            state, prepare = await self.log.read_async(tid, at)
             answer = txn.decide(state, "commit", raw_id)  # the first decision in the log stands
         assert state is not None and prepare is not None
         if answer == "same":
             return {"id": raw_id, "state": "committed", "results": state.results or []}
         results = await self._write(raw_id, list(prepare.get("records", ())))
-        await asyncio.to_thread(self.log.append, tid, {"kind": "committed", "results": results})
+        await self.log.append_async(tid, {"kind": "committed", "results": results})
         return {"id": raw_id, "state": "committed", "results": results}
 
     async def rollback(self, raw_id: str) -> dict[str, Any]:
         tid = _parse(raw_id)
-        state, _ = await asyncio.to_thread(functools.partial(self.log.read, tid, recent=True))
+        state, _ = await self.log.read_async(tid, recent=True)
         answer = txn.decide(state, "rollback", raw_id)
         if answer == "append":
-            at = await asyncio.to_thread(self.log.append, tid, {"kind": "rollback", "reason": "producer"})
-            state, _ = await asyncio.to_thread(self.log.read, tid, at)
+            at = await self.log.append_async(tid, {"kind": "rollback", "reason": "producer"})
+            state, _ = await self.log.read_async(tid, at)
             txn.decide(state, "rollback", raw_id)  # raises Conflict when a commit was logged first
         return {"id": raw_id, "state": "rolled_back"}
+
+
+def _names_an_address(url: str) -> bool:
+    try:
+        ipaddress.ip_address((urlsplit(url).hostname or "").strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 def _parse(raw_id: str) -> TxnId:

@@ -88,3 +88,46 @@ def test_the_live_view_answers_for_what_it_saw_and_defers_the_rest(
     finally:
         viewer.close()
         plain.close()
+
+
+def test_the_async_path_holds_no_thread_and_agrees_with_the_log(
+    log: TxnLog, kafka_bootstrap: str, topic_name: str
+) -> None:
+    """prepare_async / append_async / read_async / write_records_async, as the gateway uses them:
+    a commit's first look at a transaction prepared here answers at once (nothing else can be
+    known of it yet), a decision read up to itself sees the first decision in the log, and the
+    records reach their topic with the transaction's id and sequence."""
+    import asyncio
+
+    from ferry import kafka
+    from ferry.txnlog import stored_record
+    from tests.support.kafka import create_topic
+
+    target = f"{topic_name}-target"
+    create_topic(kafka_bootstrap, target, 1)
+
+    async def main() -> tuple[object, object, object, list[dict[str, object]]]:
+        entry = {"records": [stored_record(target, b"k", b"v%d" % i, [("h", b"x")]) for i in range(3)]}
+        tid = await log.prepare_async({**entry, "check_url": "http://x/c", "timeout_ms": 60_000})
+        first, _ = await log.read_async(tid, recent=True)
+        commit_at = await log.append_async(tid, {"kind": "commit", "by": "producer"})
+        await log.append_async(tid, {"kind": "rollback", "reason": "producer"})  # too late: commit is first
+        decided, prepare = await log.read_async(tid, commit_at)
+        assert prepare is not None
+        results = await log.write_records_async(str(tid), list(prepare["records"]))
+        await log.append_async(tid, {"kind": "committed", "results": results})
+        final, _ = await asyncio.to_thread(log.read, tid)
+        return first, decided, final, results
+
+    first, decided, final, results = asyncio.run(main())
+    assert getattr(first, "state", None) == "prepared"
+    assert getattr(decided, "state", None) == "committing"
+    assert getattr(final, "state", None) == "committed"
+    assert [r["offset"] for r in results] == [0, 1, 2]
+    seen: list[tuple[bytes, dict[str, bytes]]] = []
+    kafka.read_to_end(
+        {"bootstrap.servers": kafka_bootstrap}, target, lambda m: seen.append((m.value(), dict(m.headers() or [])))
+    )
+    assert [v for v, _ in seen] == [b"v0", b"v1", b"v2"]
+    assert [h["ferry-transaction-seq"] for _, h in seen] == [b"0", b"1", b"2"]
+    assert {h["h"] for _, h in seen} == {b"x"}
