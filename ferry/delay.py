@@ -56,7 +56,7 @@ class Level:
 
     @property
     def delay_ms(self) -> int:
-        return self.digit * 10**self.decade
+        return int(self.digit * 10**self.decade)
 
     @property
     def partition(self) -> int:

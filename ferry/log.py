@@ -13,7 +13,7 @@ import logging
 import re
 import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 _SECRET_KEY = re.compile(r"(token|password|passwd|secret|authorization|headers|sasl|credential|api_?key)", re.I)
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]*)@", re.I)
@@ -92,7 +92,7 @@ def get_logger(name: str) -> Logger:
     return Logger(name)
 
 
-class _StderrHandler(logging.StreamHandler):
+class _StderrHandler(logging.StreamHandler[TextIO]):
     """Writes to whatever ``sys.stderr`` is when a line is emitted, not the one at set-up: a
     test runner swaps it and closes its replacement, and background threads (librdkafka's log
     poller) may still log after that."""

@@ -16,8 +16,11 @@ from urllib.parse import urlsplit
 
 from ferry import filters
 from ferry.config import CLUSTER_NAME_RE as CLUSTER_RE
-from ferry.config import DEFAULT_KAFKA_CLUSTER as DEFAULT_CLUSTER
+from ferry.config import DEFAULT_KAFKA_CLUSTER
 from ferry.errors import ValidationError
+
+DEFAULT_CLUSTER = DEFAULT_KAFKA_CLUSTER
+"""The Kafka cluster of ``FERRY_KAFKA_BOOTSTRAP`` (``default``)."""
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 # Kafka's own rule for topic names.

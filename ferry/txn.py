@@ -161,7 +161,7 @@ def next_check_ms(txn: Txn) -> int | None:
     if txn.last_check_ms is None:
         return txn.created_ms + txn.timeout_ms
     backoff = min(MAX_CHECK_BACKOFF_MS, FIRST_CHECK_BACKOFF_MS * 2 ** min(txn.checks - 1, 30))
-    return txn.last_check_ms + backoff
+    return int(txn.last_check_ms + backoff)
 
 
 def after_check(txn: Txn, answer: CheckAnswer, max_checks: int = DEFAULT_MAX_CHECKS) -> dict[str, Any] | None:

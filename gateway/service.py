@@ -87,7 +87,8 @@ async def read_clock(request: web.Request, handler: Any) -> web.StreamResponse:
             await request.read()  # a client that stalls here is cut off by the clock
         if isinstance(protocol, _Guarded):
             protocol.disarm()
-        return await handler(request)
+        response: web.StreamResponse = await handler(request)
+        return response
     finally:
         if isinstance(protocol, _Guarded):
             protocol.arm()

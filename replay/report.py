@@ -23,7 +23,7 @@ def _png(fig: Any) -> str:
 def _table(df: pd.DataFrame, limit: int = 50) -> str:
     if df.empty:
         return "<p class='muted'>none</p>"
-    return df.head(limit).to_html(index=False, border=0, classes="t", escape=True)
+    return str(df.head(limit).to_html(index=False, border=0, classes="t", escape=True))
 
 
 def render(

@@ -31,7 +31,7 @@ import json
 import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 from urllib.parse import quote
 
 import orjson
@@ -266,7 +266,7 @@ def encode_batch(encoder: EventEncoder, records: Sequence[Record], attempts: Seq
     if _native is not None:
         body = _native.encode_batch(encoder, records, attempts, _JSON_MAX_DEPTH)
         if body is not NotImplemented:
-            return body
+            return cast(bytes, body)
     return ("[" + ",".join(encoder.events(records, attempts)) + "]").encode()
 
 
