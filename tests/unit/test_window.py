@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import pytest
 
 from ferry.worker.window import ORDERINGS, Window
-from tests.support.window_reference import ReferenceWindow
+from tests.support.window_model import ModelWindow
 
 
 @dataclass(frozen=True)
@@ -256,9 +256,9 @@ RAW_SIZES: list[Callable[[Rec], int] | None] = [None, size, third]
 
 
 @pytest.mark.parametrize("seed", range(60))
-def test_window_agrees_with_the_reference_on_random_operations(seed: int) -> None:
-    """The window gives what the window before its bulk paths and the FIFO of ``none`` gave
-    (tests/support/window_reference.py): the same records of every take / take_batch / clear, the
+def test_window_agrees_with_the_model_on_random_operations(seed: int) -> None:
+    """The window gives what a naive model of its rules gives (tests/support/window_model.py:
+    lists, one record at a time, exact sizes): the same records of every take / take_batch / clear, the
     same lanes and counts, through random adds (one by one or bulk), takes (with or without the
     raw-size bound, limits by records, bytes and max_in_flight), finishes (one by one or bulk, of
     in-flight, pending, finished and unknown offsets, in any order) and reconfigures between all
@@ -266,7 +266,7 @@ def test_window_agrees_with_the_reference_on_random_operations(seed: int) -> Non
     rng = random.Random(seed)
     ordering, limit = ORDERINGS[seed % 3], rng.choice([1, 3, 8, 40])
     new: Window[Rec] = Window(ordering, limit)
-    ref: ReferenceWindow[Rec] = ReferenceWindow(ordering, limit)
+    ref: ModelWindow[Rec] = ModelWindow(ordering, limit)
     keys = rng.choice([[b"a"], [b"a", b"b", None], [b"a", b"b", b"c", b"d", b"e", None], [None]])
     added: list[Rec] = []
     in_flight: list[Rec] = []
