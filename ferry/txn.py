@@ -70,6 +70,12 @@ class Txn:
     checks: int = 0
     last_check_ms: int | None = None
     reason: str | None = None  # why it ended rolled back: "producer", "check", "max_checks"
+    decided_ms: int | None = field(default=None, compare=False)
+    """When the decision that stands was logged (its entry's ``ts``)."""
+    decided_by: str | None = field(default=None, compare=False)
+    """The ``eid`` of the entry whose decision stands (the first one), when it carried one: a
+    commit that finds its own decision there writes the records; any other waits for whoever
+    decided to write them."""
     results: list[dict[str, Any]] | None = field(default=None, compare=False)
 
     @property
@@ -105,7 +111,11 @@ def apply(txn: Txn | None, entry: dict[str, Any]) -> Txn | None:
             return txn
         return replace(txn, checks=txn.checks + 1, last_check_ms=int(entry["ts"]))
     if kind == "commit":
-        return replace(txn, state="committing") if txn.state == "prepared" else txn
+        if txn.state != "prepared":
+            return txn
+        ts = entry.get("ts")
+        decided_ms = int(ts) if isinstance(ts, int | float) else None
+        return replace(txn, state="committing", decided_by=entry.get("eid"), decided_ms=decided_ms)
     if kind == "committed":
         if txn.state in ("prepared", "committing"):
             return replace(txn, state="committed", results=entry.get("results"))

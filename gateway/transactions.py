@@ -30,12 +30,16 @@ from ferry import txn
 from ferry.errors import EndpointRefused, ValidationError
 from ferry.gateway.records import Outgoing
 from ferry.netguard import EndpointPolicy
-from ferry.txnlog import TxnId, TxnLog, parse_id, stored_record
+from ferry.txnlog import TxnId, TxnLog, new_nonce, parse_id, stored_record
 
 Write = Callable[[str, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
 """Write a committed transaction's stored records (id, records) → one result per record, as §9."""
 
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
+FINISH_WAIT_S = 10.0
+"""How long a commit waits for another writer's ``committed`` before it writes the records itself
+(less than the back-check's grace, so a producer retrying a commit is answered first)."""
+FINISH_POLL_S = 0.2
 
 
 class Transactions:
@@ -79,21 +83,38 @@ class Transactions:
         tid = _parse(raw_id)
         state, prepare = await self.log.read_async(tid, recent=True)
         answer = txn.decide(state, "commit", raw_id)
-        if answer == "finish":
-            # The live view may be a few ms behind a `committed` entry: writing the records again
-            # would duplicate them, so look at the whole log before finishing a commit.
-            state, prepare = await self.log.read_async(tid)
-            answer = txn.decide(state, "commit", raw_id)
+        mine = False
         if answer == "append":
-            at = await self.log.append_async(tid, {"kind": "commit", "by": "producer"})
+            eid = new_nonce()
+            at = await self.log.append_async(tid, {"kind": "commit", "by": "producer", "eid": eid})
             state, prepare = await self.log.read_async(tid, at)
             answer = txn.decide(state, "commit", raw_id)  # the first decision in the log stands
+            mine = state is not None and state.decided_by == eid
+        if answer == "finish" and not mine:
+            # Decided to commit by someone else (another replica, the back-check) who may be
+            # writing the records right now: wait for its `committed` rather than write them a
+            # second time; finish the commit only if it does not come (its writer died).
+            state, prepare = await self._committed_by_others(tid)
+            answer = txn.decide(state, "commit", raw_id)
         assert state is not None and prepare is not None
         if answer == "same":
             return {"id": raw_id, "state": "committed", "results": state.results or []}
         results = await self._write(raw_id, list(prepare.get("records", ())))
         await self.log.append_async(tid, {"kind": "committed", "results": results})
         return {"id": raw_id, "state": "committed", "results": results}
+
+    async def _committed_by_others(self, tid: TxnId) -> tuple[txn.Txn | None, dict[str, Any] | None]:
+        """The transaction once its ``committed`` entry is in the log, or as it is once its
+        decision is :data:`FINISH_WAIT_S` old (then the caller writes the records: their writer
+        is gone). Measured from the decision, so retried requests do not each wait anew."""
+        while True:
+            state, prepare = await self.log.read_async(tid)  # the whole log: the view may lag
+            if state is None or state.state != "committing":
+                return state, prepare
+            decided_s = (state.decided_ms or 0) / 1000
+            if time.time() >= decided_s + FINISH_WAIT_S:
+                return state, prepare
+            await asyncio.sleep(min(FINISH_POLL_S, max(0.0, decided_s + FINISH_WAIT_S - time.time())))
 
     async def rollback(self, raw_id: str) -> dict[str, Any]:
         tid = _parse(raw_id)

@@ -21,9 +21,12 @@ States of one transaction here (``ferry.txn``)::
        │                          └─rollback / too many unknowns──▶ rolled_back
        └── the producer's commit or rollback through the gateway (a later log entry)
 
-A ``committing`` transaction whose ``committed`` entry does not follow within ``grace_ms`` (the
-gateway that decided died while writing) is finished here: its records are written again (at least
-once) and ``committed`` is logged.
+A check's decision is logged and then awaited in the log: this owner may be behind, and the
+producer's own commit or rollback may already be there, unseen. Only when the decision it logged
+is the first one does it stand here: then the records are written and ``committed`` logged;
+otherwise whoever decided first finishes. A ``committing`` transaction whose ``committed`` entry
+does not follow within ``grace_ms`` (the gateway that decided died while writing) is finished
+here: its records are written again (at least once) and ``committed`` is logged.
 
 I/O goes through three ports so the whole protocol runs in tests in milliseconds: :class:`Log`
 (append an entry), ``ask`` (POST the check; SSRF policy, timeout and bounded answer are the
@@ -44,6 +47,9 @@ from ferry import log, txn
 _log = log.get_logger(__name__)
 
 DEFAULT_GRACE_MS = 30_000
+ECHO_WAIT_S = 30.0
+"""How long a check's decision waits to see itself in the log before leaving it to be handled
+like any other entry when it arrives."""
 
 
 class Log(Protocol):
@@ -93,6 +99,7 @@ class CheckRunner:
         self.open: dict[str, _Open] = {}
         self.counters = Counters()
         self._mine: set[str] = set()  # checks logged here: their echo from the log is not a second check
+        self._echoes: dict[str, asyncio.Event] = {}  # decisions logged here, until their echo is seen
 
     # --- the entries of the log ---------------------------------------------------------------
 
@@ -116,9 +123,11 @@ class CheckRunner:
             self._mine.discard(entry["eid"])
             return
         opened_or_none = self.open.get(txn_id)
-        if opened_or_none is None:
-            return  # final already, or prepared below where this owner started: nothing to do
-        self._apply(opened_or_none, entry)
+        if opened_or_none is not None:
+            self._apply(opened_or_none, entry)
+        echoed = self._echoes.get(entry.get("eid", ""))
+        if echoed is not None:
+            echoed.set()
 
     def _apply(self, opened: _Open, entry: dict[str, Any]) -> None:
         after = txn.apply(opened.state, entry)
@@ -170,11 +179,22 @@ class CheckRunner:
         _log.info("txn.checked", txn=txn_id, checks=checks, answer=answer, outcome=entry and entry["kind"])
         if entry is None:
             return
-        await self._log.append(txn_id, entry)
-        self._apply(opened, entry)
-        if entry["kind"] == "commit":
+        # This owner may be behind the log: the producer's own commit or rollback can already be
+        # there, unseen. So the decision is not applied here; its echo is awaited, and by then
+        # every entry before it was applied: only if this decision came first does it stand.
+        decision = secrets.token_hex(8)
+        echoed = self._echoes[decision] = asyncio.Event()
+        try:
+            await self._log.append(txn_id, {**entry, "eid": decision})
+            await asyncio.wait_for(echoed.wait(), timeout=ECHO_WAIT_S)
+        except TimeoutError:
+            return  # not seen yet: the decision, when it arrives, is handled like anyone's
+        finally:
+            self._echoes.pop(decision, None)
+        state = opened.state
+        if state.state == "committing" and state.decided_by == decision:
             await self._finish(txn_id, opened, after_crash=False)
-        else:
+        elif state.state == "rolled_back" and entry["kind"] == "rollback" and state.reason == entry.get("reason"):
             self.counters.rolled_back += 1
 
     async def _finish(self, txn_id: str, opened: _Open, *, after_crash: bool) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 
 import pytest
 
@@ -14,7 +15,7 @@ from ferry import kafka, txn
 from ferry.gateway.records import Outgoing
 from ferry.gateway.transactions import Transactions
 from ferry.netguard import EndpointPolicy
-from ferry.txnlog import TxnLog, write_records
+from ferry.txnlog import TxnLog, parse_id, write_records
 from tests.support.kafka import create_topic
 
 pytestmark = pytest.mark.integration
@@ -119,3 +120,42 @@ async def test_bad_input_and_unknown_ids(replicas, topic_name: str) -> None:  # 
             await a.get(unknown)
         with pytest.raises(txn.UnknownTransaction):
             await a.commit(unknown)
+
+
+async def test_a_commit_decided_by_someone_else_is_left_to_them(
+    replicas, kafka_bootstrap: str, topic_name: str
+) -> None:  # type: ignore[no-untyped-def]
+    """The back-check (or another replica) logged the commit and is writing the records: the
+    producer's own commit request waits for that writer's ``committed`` and answers its results,
+    writing nothing itself; only a decision whose writer never finishes is finished here."""
+    a, _ = replicas
+    create_topic(kafka_bootstrap, topic_name, 1)
+    prepared = await a.prepare(records_for(topic_name, 2), "http://127.0.0.1:1/check", 60_000)
+    tid = parse_id(prepared["id"])
+    assert tid is not None
+    writes: list[str] = []
+    real_write = a._write
+
+    async def counting(txn_id: str, records: list[dict]) -> list[dict]:  # type: ignore[type-arg]
+        writes.append(txn_id)
+        return await real_write(txn_id, records)
+
+    a._write = counting
+    await a.log.append_async(tid, {"kind": "commit", "by": "check", "eid": "the-check"})
+    results = [{"partition": 0, "offset": 0}, {"partition": 0, "offset": 1}]
+
+    async def the_check_finishes() -> None:
+        await asyncio.sleep(0.6)
+        await a.log.append_async(tid, {"kind": "committed", "results": results})
+
+    answer, _ = await asyncio.gather(a.commit(prepared["id"]), the_check_finishes())
+    assert answer == {"id": prepared["id"], "state": "committed", "results": results}
+    assert writes == []
+
+    orphan = await a.prepare(records_for(topic_name, 1), "http://127.0.0.1:1/check", 60_000)
+    otid = parse_id(orphan["id"])
+    assert otid is not None
+    old_ms = int(time.time() * 1000) - 60_000  # decided a minute ago by a writer that died
+    await a.log.append_async(otid, {"kind": "commit", "by": "check", "eid": "dead", "ts": old_ms})
+    finished = await a.commit(orphan["id"])
+    assert finished["state"] == "committed" and writes == [orphan["id"]]

@@ -35,17 +35,30 @@ class World:
     async def append(self, txn_id: str, entry: dict[str, Any]) -> None:
         self.feed({**entry, "id": txn_id, "ts": int(self.now() * 1000)})
 
+    lag_s: float = 0.0  # how far behind the log the owner reads it
+    ask_s: float = 0.0  # how long the producer takes to answer a check
+
     def feed(self, entry: dict[str, Any]) -> asyncio.Task[None]:
-        """An entry reaches the log: the owner's window hands it to the runner (ordering none)."""
+        """An entry reaches the log: the owner's window hands it to the runner (ordering none),
+        ``lag_s`` later (in log order)."""
         self.log.append(entry)
         assert self.runner is not None
-        task = asyncio.get_running_loop().create_task(self.runner.handle(entry))
+        runner = self.runner
+
+        async def reach() -> None:
+            if self.lag_s:
+                await asyncio.sleep(self.lag_s)
+            await runner.handle(entry)
+
+        task = asyncio.get_running_loop().create_task(reach())
         self.tasks.append(task)
         return task
 
     async def ask(self, url: str, body: dict[str, Any]) -> txn.CheckAnswer:
         assert url == "http://producer/check" and body["id"] == ID
         self.asked_at.append(self.now())
+        if self.ask_s:
+            await asyncio.sleep(self.ask_s)
         answer = self.answers.pop(0) if self.answers else "unknown"
         if isinstance(answer, Exception):
             raise answer
@@ -60,11 +73,18 @@ class World:
         return [e["kind"] for e in self.log]
 
 
-def scenario(answers: list[Any], producer: list[tuple[float, str]] = (), timeout_ms: int = 5_000, **kw: Any):  # type: ignore[no-untyped-def]
+def scenario(  # type: ignore[no-untyped-def]
+    answers: list[Any],
+    producer: list[tuple[float, str]] = (),
+    timeout_ms: int = 5_000,
+    lag_s: float = 0.0,
+    ask_s: float = 0.0,
+    **kw: Any,
+):
     """Prepare at t=0; the producer's own verbs at the given times; run until the prepare is done."""
 
     async def main() -> tuple[World, float]:
-        world = World(list(answers))
+        world = World(list(answers), lag_s=lag_s, ask_s=ask_s)
         world.runner = CheckRunner(
             world,
             world.ask,
@@ -163,3 +183,24 @@ def test_the_echo_of_its_own_check_is_not_a_second_check() -> None:
     assert len(checks) == 4 and len({e["eid"] for e in checks}) == 4
     # The schedule doubles per check made, not per check seen twice: 1, 2, 4 s.
     assert [b - a for a, b in zip(world.asked_at, world.asked_at[1:], strict=False)] == [1, 2, 4]
+
+
+@pytest.mark.parametrize(
+    ("name", "producer", "written_by_runner", "final"),
+    [
+        # The producer commits through a gateway at 5.2 s (which writes and logs committed at 5.3 s),
+        # while the owner, 2 s behind the log, asks the check at 5 s and hears commit at 5.5 s.
+        ("the producer's commit came first", [(5.2, "commit"), (5.3, "committed")], 0, "committed"),
+        # The producer rolls back at 5.2 s; the check answers commit at 5.5 s: rolled back stands.
+        ("the producer's rollback came first", [(5.2, "rollback")], 0, "rolled_back"),
+        # Nobody else decided: the check's commit stands and the owner writes the records.
+        ("the check's commit is the first decision", [], 2, "committed"),
+    ],
+)
+def test_a_check_decision_stands_only_if_it_is_first_in_the_log(
+    name: str, producer: list[tuple[float, str]], written_by_runner: int, final: str
+) -> None:
+    world, _ = scenario(["commit"], producer, lag_s=2.0, ask_s=0.5)
+    assert len(world.written) == written_by_runner, name
+    states = txn.fold([{**e, "id": ID} for e in world.log])
+    assert states[ID].state == final, name
