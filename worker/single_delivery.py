@@ -24,7 +24,7 @@ from collections.abc import Callable
 from ferry import log
 from ferry.subscription import Subscription
 from ferry.worker import durable_retry
-from ferry.worker.delivery import DeliveryPort, count_again, leased, observe_latency
+from ferry.worker.delivery import DeliveryPort, count_again, leased
 from ferry.worker.producer import ProduceFailed
 from ferry.worker.push import Record
 from ferry.worker.retry import parse_retry_after
@@ -97,8 +97,10 @@ class SingleDelivery:
             if hold_s > 0:
                 live[offset] = ("waiting_retry", 0, None, "held by the subscription's delay_ms", due_ms)
                 await asyncio.sleep(hold_s)
+        lease = port.ctx.lease
         while True:
-            await leased(port)
+            if not lease.allowed():  # inline: a coroutine per push costs more than the check
+                await leased(port)
             sub = port.sub  # a change applies from the next push on
             attempt += 1
             live[offset] = ("in_flight", attempt, last_status, last_error, None)
@@ -114,7 +116,8 @@ class SingleDelivery:
                 if gate is not None:
                     gate.release(time.monotonic() - started, at_send, overloaded=False)
                 raise
-            latency = observe_latency(port, started)
+            latency = time.monotonic() - started
+            port.m_latency.observe(latency)
             status = result.status
             if gate is not None:
                 gate.release(latency, at_send, overloaded=status in (429, 503) or status is None)
