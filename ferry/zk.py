@@ -8,6 +8,7 @@ workers and the portal all connect through :func:`make_client`.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from kazoo.client import KazooClient
@@ -58,3 +59,20 @@ def start(
             stopping.wait(wait)
             wait = min(max_wait_s, wait * 2)
     return False
+
+
+def close_within(client: KazooClient, timeout_s: float) -> bool:
+    """Blocking: stop and close ``client``, waiting at most ``timeout_s``. A client that cannot reach
+    ZooKeeper may never finish stopping; it is left to a daemon thread, so that the process can
+    still exit (its session, and every ephemeral node of it, expires on the server). True when it
+    closed in time."""
+
+    def close() -> None:
+        with contextlib.suppress(Exception):
+            client.stop()
+            client.close()
+
+    closer = threading.Thread(target=close, name="ferry-zk-close", daemon=True)
+    closer.start()
+    closer.join(timeout_s)
+    return not closer.is_alive()

@@ -42,16 +42,20 @@ from typing import Any
 
 from kazoo.client import KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
 
 from ferry import log, zkpaths
 from ferry.config import Settings
 from ferry.subscription import PartitionRef, Subscription, from_trusted
 from ferry.worker.engine import Engine
-from ferry.zk import make_client
+from ferry.zk import close_within, make_client
 from ferry.zk import start as zk_start
 
 _log = log.get_logger(__name__)
 STATS_INTERVAL_S = 1.0
+ZK_CALL_TIMEOUT_S = 5.0
+"""The longest a shutdown-time ZooKeeper call may take: while ZooKeeper is unreachable kazoo holds
+a call until it reconnects, and a process on its way out must not wait for that."""
 
 
 class ZkSource:
@@ -140,7 +144,7 @@ class ZkSource:
         watcher = asyncio.create_task(give_up())
         try:
             if not await asyncio.to_thread(zk_start, self.zk, self.settings, giving_up):
-                await asyncio.to_thread(self.zk.stop)
+                await asyncio.to_thread(close_within, self.zk, ZK_CALL_TIMEOUT_S)
                 return
         finally:
             watcher.cancel()
@@ -341,13 +345,20 @@ class ZkSource:
             await asyncio.gather(*self._giving_back[ref], return_exceptions=True)
 
     def _drop_owner(self, ref: PartitionRef) -> None:
+        """Delete P's owner node if it is ours. Bounded: while ZooKeeper is unreachable kazoo would
+        hold the call until it reconnects (never, if it is gone); the node is ephemeral, so it goes
+        with the session anyway."""
         path = zkpaths.owner(self.cluster, *ref)
         try:
-            _, stat = self.zk.get(path)
+            _, stat = self.zk.get_async(path).get(timeout=ZK_CALL_TIMEOUT_S)
             if stat.ephemeralOwner == self.zk.client_id[0]:
-                self.zk.delete(path, version=stat.version)
+                self.zk.delete_async(path, version=stat.version).get(timeout=ZK_CALL_TIMEOUT_S)
         except NoNodeError:
             pass
+        except KazooTimeoutError:
+            _log.warning(
+                "partition.owner_not_dropped", key=ref.label(), hint="ZooKeeper unreachable: it goes with the session"
+            )
 
     async def _fence(self) -> None:
         for t in list(self.taking.values()):
@@ -396,8 +407,9 @@ class ZkSource:
 
     async def _shutdown(self) -> None:
         """Deregister first (the leader moves the partitions), then release each gracefully."""
-        with contextlib.suppress(KazooException):
-            await asyncio.to_thread(self.zk.delete, zkpaths.worker(self.cluster, self.worker_id))
+        with contextlib.suppress(KazooException, KazooTimeoutError):
+            deregister = self.zk.delete_async(zkpaths.worker(self.cluster, self.worker_id))
+            await asyncio.to_thread(deregister.get, timeout=ZK_CALL_TIMEOUT_S)
         self.desired = {}
         for t in list(self.taking.values()):
             t.cancel()
@@ -408,8 +420,8 @@ class ZkSource:
             for ref in refs:
                 self.releasing[ref] = task
         await asyncio.gather(*set(self.releasing.values()), return_exceptions=True)
-        await asyncio.to_thread(self.zk.stop)
-        await asyncio.to_thread(self.zk.close)
+        if not await asyncio.to_thread(close_within, self.zk, ZK_CALL_TIMEOUT_S):
+            _log.warning("zk.close_timeout", worker=self.worker_id, hint="ZooKeeper unreachable: the session expires")
 
 
 async def run(

@@ -203,7 +203,7 @@ function chart(id, label, series, unit, integer = false) {
   const W = 1000, H = 200, L = 56, R = 12, T = 12, B = 28;
   const all = series.flatMap((s) => s.values);
   const root = svg("svg", { id, class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": label, preserveAspectRatio: "none" });
-  if (all.length < 2) { root.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, "Collecting samples…")); return root; }
+  if (new Set(all.map((p) => p[0])).size < 2) { root.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "empty" }, "Collecting samples…")); return root; }
   const t0 = Math.min(...all.map((p) => p[0])), t1 = Math.max(t0 + 1, ...all.map((p) => p[0]));
   const max = Math.max(integer ? 4 : 1, ...all.map((p) => p[1]));
   const x = (t) => L + (W - L - R) * (t - t0) / (t1 - t0), y = (v) => T + (H - T - B) * (1 - v / max);

@@ -81,8 +81,7 @@ def test_create_watch_and_pause_in_the_browser(tmp_path: Path, endpoint: Endpoin
 
         # Charts from the portal's history: points on a wall-clock time axis.
         delivered = page.locator("#rate-chart polyline[data-series='delivered/s']")
-        expect(delivered).to_have_count(1, timeout=30_000)
-        assert int(delivered.get_attribute("data-points") or 0) >= 2
+        expect(delivered).to_have_attribute("data-points", re.compile(r"^([2-9]|\d{2,})$"), timeout=30_000)
         ticks = page.locator("#lag-chart text.tick.x")
         expect(ticks).to_have_count(5)
         assert all(re.fullmatch(r"\d{1,2}:\d{2}:\d{2}( [AP]M)?", t) for t in ticks.all_text_contents())
