@@ -294,7 +294,19 @@ class Scenario:
                 len(assigned) == self.partitions and set(assigned.values()) <= live and self.watch.owners() == assigned
             )
 
-        until(converged, timeout_s=timeout_s, what=f"{self.sub}: ownership converged", interval_s=0.2)
+        try:
+            until(converged, timeout_s=timeout_s, what=f"{self.sub}: ownership converged", interval_s=0.2)
+        except AssertionError as exc:  # what differs, for whoever reads the failure
+            assigned = {
+                p: w for (s, t, p), w in self.stack.cluster.assignment().items() if s == self.sub and t == self.topic
+            }
+            differ = {
+                p: (w, self.watch.owners().get(p)) for p, w in assigned.items() if self.watch.owners().get(p) != w
+            }
+            raise AssertionError(
+                f"{exc}; live workers {sorted(self.stack.registered())}; partitions (assigned, owner) that differ:"
+                f" {differ}; assigned {len(assigned)} of {self.partitions}"
+            ) from None
         try:
             return self.wait_flowing(time.time(), timeout_s)
         except AssertionError as exc:
