@@ -290,9 +290,10 @@ class Scenario:
             assigned = {
                 p: w for (s, t, p), w in self.stack.cluster.assignment().items() if s == self.sub and t == self.topic
             }
-            return (
-                len(assigned) == self.partitions and set(assigned.values()) <= live and self.watch.owners() == assigned
-            )
+            # The owner nodes as ZooKeeper holds them now (the watch feeds the fencing timeline; a
+            # read is the authority on where things stand).
+            owners = self.stack.cluster.owners(self.sub, self.topic, self.partitions)
+            return len(assigned) == self.partitions and set(assigned.values()) <= live and owners == assigned
 
         try:
             until(converged, timeout_s=timeout_s, what=f"{self.sub}: ownership converged", interval_s=0.2)
@@ -300,12 +301,12 @@ class Scenario:
             assigned = {
                 p: w for (s, t, p), w in self.stack.cluster.assignment().items() if s == self.sub and t == self.topic
             }
-            differ = {
-                p: (w, self.watch.owners().get(p)) for p, w in assigned.items() if self.watch.owners().get(p) != w
-            }
+            held = self.stack.cluster.owners(self.sub, self.topic, self.partitions)
+            watched = self.watch.owners()
+            differ = {p: (w, held.get(p), watched.get(p)) for p, w in assigned.items() if held.get(p) != w}
             raise AssertionError(
-                f"{exc}; live workers {sorted(self.stack.registered())}; partitions (assigned, owner) that differ:"
-                f" {differ}; assigned {len(assigned)} of {self.partitions}"
+                f"{exc}; live workers {sorted(self.stack.registered())}; partitions (assigned, owner in ZooKeeper,"
+                f" owner as watched) that differ: {differ}; assigned {len(assigned)} of {self.partitions}"
             ) from None
         try:
             return self.wait_flowing(time.time(), timeout_s)
