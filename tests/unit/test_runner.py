@@ -54,6 +54,13 @@ class DeadLetters:
 def scenario(
     keys: list[str], script: dict[str, list[int]], **sub_fields: Any
 ) -> tuple[Endpoint, DeadLetters, PartitionRunner]:
+    endpoint, dead, runner = run_with(Endpoint(script), keys, sub_fields)
+    return endpoint, dead, runner
+
+
+def run_with(endpoint: Any, keys: list[str], sub_fields: dict[str, Any]) -> tuple[Any, DeadLetters, PartitionRunner]:
+    """A runner of subscription ``s`` (4 attempts, 1-8 s back-off, ``sub_fields`` on top) pushing
+    to ``endpoint``, fed one record per key, run in virtual time until every record is settled."""
     doc = {
         "name": "s",
         "topics": ["t"],
@@ -62,16 +69,15 @@ def scenario(
         **sub_fields,
     }
     sub = parse(doc)
-    endpoint, dead = Endpoint(script), DeadLetters()
+    dead = DeadLetters()
 
     async def main() -> PartitionRunner:
-        ctx = Context("w1", endpoint, dead, WorkerMetrics(), Lease(), 10_000, 1 << 30)  # type: ignore[arg-type]
+        ctx = Context("w1", endpoint, dead, WorkerMetrics(), Lease(), 10_000, 1 << 30)
         runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
-        records = [Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(keys)]
-        runner.feed(records, len(records), None)
+        runner.feed([Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(keys)], len(keys), None)
         for _ in range(10_000):  # bounded: until every record is settled
             await asyncio.sleep(0.05)
-            if runner.merge is not None and runner.merge.committed == len(records) and not runner._tasks:
+            if runner.merge is not None and runner.merge.committed == len(keys) and not runner._tasks:
                 break
         return runner
 
@@ -279,31 +285,7 @@ def batch_scenario(
     keys: list[str], batches: list[int], **sub_fields: Any
 ) -> tuple[BatchEndpoint, DeadLetters, PartitionRunner]:
     endpoint = BatchEndpoint({}, batches=batches)
-    return _run_with(endpoint, keys, {"batch": {"max_records": 8}, **sub_fields})
-
-
-def _run_with(endpoint: Any, keys: list[str], sub_fields: dict[str, Any]) -> tuple[Any, DeadLetters, PartitionRunner]:
-    doc = {
-        "name": "s",
-        "topics": ["t"],
-        "endpoint": {"url": "http://e/hook"},
-        "retry": {"max_attempts": 4, "initial_backoff_ms": 1000, "max_backoff_ms": 8000},
-        **sub_fields,
-    }
-    sub = parse(doc)
-    dead = DeadLetters()
-
-    async def main() -> PartitionRunner:
-        ctx = Context("w1", endpoint, dead, WorkerMetrics(), Lease(), 10_000, 1 << 30)
-        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
-        runner.feed([Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(keys)], len(keys), None)
-        for _ in range(10_000):  # bounded: until every record is settled
-            await asyncio.sleep(0.05)
-            if runner.merge is not None and runner.merge.committed == len(keys) and not runner._tasks:
-                break
-        return runner
-
-    return endpoint, dead, run(main())
+    return run_with(endpoint, keys, {"batch": {"max_records": 8}, **sub_fields})
 
 
 @pytest.mark.parametrize(
