@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import secrets
 import signal
 import sys
@@ -27,7 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ferry import kafka, log, zkpaths
+from ferry import delay, kafka, log, zkpaths
 from ferry.config import Settings
 from ferry.devstack import embedded
 from ferry.errors import ConfigError, FerryError
@@ -94,13 +93,10 @@ def _port(value: int, flag: str) -> int:
     return value
 
 
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
-
-
 def parse_topic(text: str) -> tuple[str, int]:
     """``--topic NAME[:PARTITIONS]``: the topic to create and its partition count (default 1)."""
     name, sep, count = text.partition(":")
-    if not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+    if not delay.valid_topic_name(name):
         raise ConfigError("--topic", f"{name!r} is not a Kafka topic name (letters, digits, . _ -)")
     if not sep:
         return name, 1
