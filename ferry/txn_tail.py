@@ -142,15 +142,23 @@ class TxnTail:
         the prepare, and answers with what it holds then."""
         need = (up_to if up_to is not None else prepare_offset) + 1
         with self._cond:
-            start = self.start.get(partition)
-            if start is None or prepare_offset < start:
+            if not self._holds_from(partition, prepare_offset):
                 return None
             if not self._cond.wait_for(lambda: self.position.get(partition, 0) >= need, wait_s):
                 return None
-            kept = self._kept.get(txn_id)
-            if kept is None:
-                return None  # evicted (it was read: the view is past its prepare)
-            return [v for o, v in kept if up_to is None or o <= up_to]
+            return self._kept_up_to(txn_id, up_to)
+
+    def _holds_from(self, partition: int, prepare_offset: int) -> bool:
+        """(Under the lock.) Whether the view started in time to have read the whole transaction."""
+        start = self.start.get(partition)
+        return start is not None and prepare_offset >= start
+
+    def _kept_up_to(self, txn_id: str, up_to: int | None) -> list[bytes] | None:
+        """(Under the lock, once the view is past what the reader needs.) The entries kept."""
+        kept = self._kept.get(txn_id)
+        if kept is None:
+            return None  # evicted (it was read: the view is past its prepare)
+        return [v for o, v in kept if up_to is None or o <= up_to]
 
     def has_read(self, partition: int, offset: int) -> bool:
         """Whether the view has read past ``offset`` of ``partition``."""
@@ -164,8 +172,7 @@ class TxnTail:
         waiting reader holds no thread."""
         need = (up_to if up_to is not None else prepare_offset) + 1
         with self._cond:
-            start = self.start.get(partition)
-            if start is None or prepare_offset < start:
+            if not self._holds_from(partition, prepare_offset):
                 return None
             ready = self.position.get(partition, 0) >= need
             if not ready:
@@ -180,10 +187,7 @@ class TxnTail:
                     self._waiters = [w for w in self._waiters if w[3] is not fut]
                 return None
         with self._cond:
-            kept = self._kept.get(txn_id)
-            if kept is None:
-                return None  # evicted (it was read: the view is past its prepare)
-            return [v for o, v in kept if up_to is None or o <= up_to]
+            return self._kept_up_to(txn_id, up_to)
 
 
 def _resolve_all(futures: list[asyncio.Future[None]]) -> None:
