@@ -338,6 +338,10 @@ class Setting:
     path: str
     parse: Callable[[str, Any], Any]
     secret: bool = False
+    declared: dataclasses.Field[Any] | None = None
+    """The dataclass field that declares it (its default, its metadata)."""
+    owner: str = ""
+    """The name of the settings class the field belongs to (where its docstring is)."""
 
 
 def _derive(cls: type, prefix: str = "") -> list[Setting]:
@@ -346,7 +350,7 @@ def _derive(cls: type, prefix: str = "") -> list[Setting]:
     for f in dataclasses.fields(cls):
         if "env" in f.metadata:
             parse = f.metadata["parse"] or _BY_TYPE[str(f.type)]
-            out.append(Setting(f.metadata["env"], prefix + f.name, parse, f.metadata["secret"]))
+            out.append(Setting(f.metadata["env"], prefix + f.name, parse, f.metadata["secret"], f, cls.__name__))
         elif isinstance(f.default_factory, type) and dataclasses.is_dataclass(f.default_factory):
             out += _derive(f.default_factory, f"{prefix}{f.name}.")
     return out

@@ -51,16 +51,6 @@ def field_docs() -> dict[tuple[str, str], str]:
     return out
 
 
-def _fields_by_path(cls: type, prefix: str = "") -> dict[str, tuple[str, dataclasses.Field[Any]]]:
-    out: dict[str, tuple[str, dataclasses.Field[Any]]] = {}
-    for f in dataclasses.fields(cls):
-        if "env" in f.metadata:
-            out[prefix + f.name] = (cls.__name__, f)
-        elif isinstance(f.default_factory, type) and dataclasses.is_dataclass(f.default_factory):
-            out |= _fields_by_path(f.default_factory, f"{prefix}{f.name}.")
-    return out
-
-
 def default_text(env: str, f: dataclasses.Field[Any]) -> str:
     """A field's default as the table shows it."""
     value = f.default
@@ -89,13 +79,13 @@ def markdown(doc: str) -> str:
 def render() -> str:
     """The table, header included, one row per setting in the tree's order."""
     docs = field_docs()
-    fields = _fields_by_path(config.Settings)
     rows = ["| variable | default | meaning |", "| --- | --- | --- |"]
     for s in config.SETTINGS:
-        owner, f = fields[s.path]
-        doc = docs.get((owner, f.name))
+        f = s.declared
+        assert f is not None  # every setting of SETTINGS comes from a field
+        doc = docs.get((s.owner, f.name))
         if doc is None:
-            raise LookupError(f"{s.env}: the field {owner}.{f.name} in ferry/config.py needs a docstring")
+            raise LookupError(f"{s.env}: the field {s.owner}.{f.name} in ferry/config.py needs a docstring")
         meaning = markdown(doc) + (" *Secret: masked wherever settings are shown.*" if s.secret else "")
         rows.append(f"| `{s.env}` | {default_text(s.env, f)} | {meaning} |")
     return "\n".join(rows) + "\n"
