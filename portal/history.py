@@ -50,17 +50,28 @@ HEALTH = ("ok", "lagging", "stalled", "failing", "paused", "unknown")
 
 @dataclass(frozen=True)
 class Point:
-    """One sample of a subscription (or, with ``stalled_s`` 0, of one partition)."""
+    """One sample of a subscription or of one partition: what happened since the sample before,
+    ``interval_s`` earlier."""
 
     t_ms: int
     lag: int
-    delivered_per_s: float
-    retried_per_s: float
-    dead_lettered_per_s: float
-    dead_lettered: int  # in this interval
+    delivered: int  # in this interval
     retried: int
-    delivered: int
+    dead_lettered: int
     stalled_s: float
+    interval_s: float
+
+    @property
+    def delivered_per_s(self) -> float:
+        return self.delivered / self.interval_s
+
+    @property
+    def retried_per_s(self) -> float:
+        return self.retried / self.interval_s
+
+    @property
+    def dead_lettered_per_s(self) -> float:
+        return self.dead_lettered / self.interval_s
 
     def doc(self) -> dict[str, Any]:
         return {
@@ -75,10 +86,8 @@ class Point:
 
 @dataclass
 class _Seen:
-    owner: tuple[str, int]
-    delivered: int
-    retried: int
-    dead_lettered: int
+    owner: tuple[str, int]  # (worker, epoch)
+    counters: tuple[int, int, int]  # delivered, retried, dead-lettered, as that owner counts them
 
 
 def _int(v: Any) -> int:
@@ -102,7 +111,7 @@ class History:
         dt_s = (now_ms - self._last_t_ms) / 1000 if self._last_t_ms is not None else self.interval_s
         dt_s = max(dt_s, 1e-3)
         self._last_t_ms = now_ms
-        per_sub: dict[str, list[tuple[int, int, int, int, float]]] = {}
+        per_sub: dict[str, list[Point]] = {}
         for ref, st in stats.items():
             if ref.subscription.startswith(INTERNAL_PREFIX):
                 continue
@@ -111,28 +120,25 @@ class History:
             prev = self._seen.get(ref)
             if prev is None:
                 grown = (0, 0, 0) if first_sample else counters  # taken over since the last sample
-            elif prev.owner != owner or any(c < p for c, p in zip(counters, _counters(prev), strict=True)):
+            elif prev.owner != owner or any(c < p for c, p in zip(counters, prev.counters, strict=True)):
                 grown = counters  # a new owner counts from 0 since it took over
             else:
-                grown = tuple(c - p for c, p in zip(counters, _counters(prev), strict=True))  # type: ignore[assignment]
-            self._seen[ref] = _Seen(owner, *counters)
-            lag = _int(st.get("lag"))
-            stalled = float(st.get("stalled_s") or 0.0)
-            delivered, retried, dead = grown
-            self._append(
-                self._parts,
-                ref,
-                Point(now_ms, lag, delivered / dt_s, retried / dt_s, dead / dt_s, dead, retried, delivered, stalled),
+                grown = tuple(c - p for c, p in zip(counters, prev.counters, strict=True))  # type: ignore[assignment]
+            self._seen[ref] = _Seen(owner, counters)
+            point = Point(now_ms, _int(st.get("lag")), *grown, float(st.get("stalled_s") or 0.0), dt_s)
+            self._append(self._parts, ref, point)
+            per_sub.setdefault(ref.subscription, []).append(point)
+        for name, points in per_sub.items():
+            total = Point(
+                now_ms,
+                sum(p.lag for p in points),
+                sum(p.delivered for p in points),
+                sum(p.retried for p in points),
+                sum(p.dead_lettered for p in points),
+                max(p.stalled_s for p in points),
+                dt_s,
             )
-            per_sub.setdefault(ref.subscription, []).append((lag, delivered, retried, dead, stalled))
-        for name, rows in per_sub.items():
-            lag = sum(r[0] for r in rows)
-            delivered = sum(r[1] for r in rows)
-            retried = sum(r[2] for r in rows)
-            dead = sum(r[3] for r in rows)
-            stalled = max(r[4] for r in rows)
-            point = Point(now_ms, lag, delivered / dt_s, retried / dt_s, dead / dt_s, dead, retried, delivered, stalled)
-            self._append(self._subs, name, point)
+            self._append(self._subs, name, total)
         for ref in [r for r in self._seen if r not in stats]:  # released and not yet taken: forget the owner
             del self._seen[ref]
 
@@ -173,10 +179,6 @@ class History:
             "dead_lettered_1m": sum(p.dead_lettered for p in recent),
             "stalled_s": last.stalled_s if last else None,
         }
-
-
-def _counters(seen: _Seen) -> tuple[int, int, int]:
-    return seen.delivered, seen.retried, seen.dead_lettered
 
 
 def health(state: str, points: list[Point], now_ms: int) -> str:
