@@ -122,11 +122,18 @@ def _check_name(url: str, host: str) -> str:
     return host
 
 
-def resolve(host: str) -> list[IPAddress]:
+def literal_address(host: str) -> IPAddress | None:
+    """The address a host written as an IP literal (``10.0.0.1``, ``[::1]``) names; None for a name."""
     try:
-        return [ipaddress.ip_address(host.strip("[]"))]
+        return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
-        pass
+        return None
+
+
+def resolve(host: str) -> list[IPAddress]:
+    literal = literal_address(host)
+    if literal is not None:
+        return [literal]
     try:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except socket.gaierror as exc:

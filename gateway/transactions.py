@@ -20,7 +20,6 @@ so the HTTP handlers stay thin and tests can drive them directly.
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,7 +28,7 @@ from urllib.parse import urlsplit
 from ferry import txn
 from ferry.errors import EndpointRefused, ValidationError
 from ferry.gateway.records import Outgoing
-from ferry.netguard import EndpointPolicy
+from ferry.netguard import EndpointPolicy, literal_address
 from ferry.txnlog import TxnId, TxnLog, new_nonce, parse_id, stored_record
 
 Write = Callable[[str, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
@@ -53,7 +52,7 @@ class Transactions:
         if not isinstance(check_url, str) or not check_url.startswith(("http://", "https://")):
             raise ValidationError("check_url", "must be an http:// or https:// URL")
         try:
-            if _names_an_address(check_url):
+            if literal_address(urlsplit(check_url).hostname or "") is not None:
                 self._policy.check_url(check_url)  # nothing to resolve: no thread
             else:
                 await asyncio.to_thread(self._policy.check_url, check_url)
@@ -125,14 +124,6 @@ class Transactions:
             state, _ = await self.log.read_async(tid, at)
             txn.decide(state, "rollback", raw_id)  # raises Conflict when a commit was logged first
         return {"id": raw_id, "state": "rolled_back"}
-
-
-def _names_an_address(url: str) -> bool:
-    try:
-        ipaddress.ip_address((urlsplit(url).hostname or "").strip("[]"))
-    except ValueError:
-        return False
-    return True
 
 
 def _parse(raw_id: str) -> TxnId:
