@@ -343,6 +343,12 @@ class TxnLog:
             raw = self._tail.entries(txn_id.partition, txn_id.offset, me, up_to, wait_s=self.timeout_s / 2)
             if raw is not None:
                 return _fold(me, [e for e in map(_decode, raw) if e is not None])
+        return self._read_log(txn_id, up_to)
+
+    def _read_log(self, txn_id: TxnId, up_to: int | None) -> tuple[txn.Txn | None, dict[str, Any] | None]:
+        """Blocking: the transaction folded from its partition of the log itself, read from its
+        prepare to ``up_to`` (or the end)."""
+        me = str(txn_id)
         entries: list[dict[str, Any]] = []
         later_key = me.encode()
         prepare_key = txn_id.nonce.encode()
@@ -379,6 +385,8 @@ class TxnLog:
         """:meth:`read`, answered by the live view without a thread when it can vouch for the
         transaction; else the log is read in a thread."""
         me = str(txn_id)
+        if self._follow and self._tail is None:
+            await asyncio.to_thread(self.ensure)  # a replica that only commits starts its view on its first read
         own = self._own.pop(me, None) if recent else None
         if own is not None and self._tail is not None and not self._tail.has_read(txn_id.partition, txn_id.offset):
             # Prepared here a moment ago and not yet seen by the view: nothing else can be known of
@@ -388,7 +396,7 @@ class TxnLog:
             raw = await self._tail.entries_async(txn_id.partition, txn_id.offset, me, up_to, self.timeout_s / 2)
             if raw is not None:
                 return _fold(me, [e for e in map(_decode, raw) if e is not None])
-        return await asyncio.to_thread(self.read, txn_id, up_to, recent=recent)
+        return await asyncio.to_thread(self._read_log, txn_id, up_to)  # the view already had its wait
 
 
 def _run_all(calls: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
