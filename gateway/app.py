@@ -157,7 +157,10 @@ async def _once(
         return _json(status, body)
     if not 1 <= len(key) <= 255 or not key.isascii() or not key.isprintable() or " " in key:
         raise ApiError(400, "Idempotency-Key must be 1-255 visible ASCII characters", "Idempotency-Key")
-    fingerprint = hashlib.sha256(request.path.encode() + b"\0" + raw).hexdigest()
+    seen = request.path.encode() + b"\0" + raw
+    if "x-delay" in request.headers:  # part of the request on the seed route
+        seen += b"\0x-delay: " + request.headers["x-delay"].encode()
+    fingerprint = hashlib.sha256(seen).hexdigest()
     try:
         status, body, repeated = await gw.idempotency.run(request[PRINCIPAL].name, key, fingerprint, run)
     except Conflicting as exc:
@@ -201,7 +204,7 @@ async def seed_send(request: web.Request) -> web.Response:
     doc, raw = await _body(request)
     now = int(time.time() * 1000)
     try:
-        rec = rq.parse_seed(doc, now)
+        rec = rq.parse_seed(doc, now, request.headers.get("x-delay"))
     except ValidationError as exc:
         raise ApiError(400, exc.message, exc.field) from None
     _allowed(request, rec.topic)

@@ -158,9 +158,11 @@ def parse_due(delay_ms: Any, deliver_at: Any, path: str, now_ms: int) -> int | N
 # --- the seed's route: POST /v1/kafka/send -------------------------------------------------------
 
 
-def parse_seed(body: Any, now_ms: int) -> Outgoing:
+def parse_seed(body: Any, now_ms: int, request_delay: str | None = None) -> Outgoing:
     """The body of the seed producer proxy's ``POST /v1/kafka/send`` (§9):
-    ``{"topic", "payload", "key"?, "headers"?}``; an ``x-delay`` header (whole seconds) delays it."""
+    ``{"topic", "payload", "key"?, "headers"?}``; an ``x-delay`` header (whole seconds) delays it.
+    ``x-delay`` is read among the body's ``headers`` (the seed's way) or, for clients that send it
+    as an HTTP header, from ``request_delay``; given both ways, the two must agree."""
     if not isinstance(body, dict):
         raise ValidationError("topic", 'the body must be a JSON object {"topic": ..., "payload": ...}')
     topic = body.get("topic")
@@ -180,14 +182,26 @@ def parse_seed(body: Any, now_ms: int) -> Outgoing:
         if name.lower() != "x-delay":
             rest.append((name, value))
             continue
-        try:
-            seconds = int(value.decode())
-        except ValueError:
-            seconds = 0
-        if seconds <= 0:
-            raise ValidationError("headers.x-delay", "must be a whole number of seconds > 0")
-        try:
-            due = parse_due(seconds * 1000, None, "headers", now_ms)
-        except ValidationError as exc:
-            raise ValidationError("headers.x-delay", exc.message) from None
+        due = _seed_due(value.decode("utf-8", "replace"), "headers.x-delay", now_ms)
+    if request_delay is not None:
+        from_request = _seed_due(request_delay, "x-delay", now_ms)
+        if due is not None and due != from_request:
+            raise ValidationError("x-delay", "the x-delay HTTP header and headers.x-delay differ: give one")
+        due = from_request
     return Outgoing(topic, None if key is None else key.encode(), payload.encode(), rest, None, due)
+
+
+def _seed_due(raw: str, field: str, now_ms: int) -> int:
+    """The due time of an ``x-delay`` of ``raw`` whole seconds from ``now_ms``."""
+    try:
+        seconds = int(raw.strip())
+    except ValueError:
+        seconds = 0
+    if seconds <= 0:
+        raise ValidationError(field, f"must be a whole number of seconds > 0, not {raw[:40]!r}")
+    try:
+        due = parse_due(seconds * 1000, None, "headers", now_ms)
+    except ValidationError as exc:
+        raise ValidationError(field, exc.message) from None
+    assert due is not None  # a delay was given
+    return due

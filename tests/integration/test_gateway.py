@@ -184,12 +184,14 @@ def test_delayed_records_wait_in_the_delay_topic(
         r = c.post(f"/api/v1/topics/{topic_name}/records", json=body)
         seed = c.post("/v1/kafka/send", json={"topic": topic_name, "payload": "p", "headers": {"x-delay": "30"}})
         bad = c.post("/v1/kafka/send", json={"topic": topic_name, "payload": "p", "headers": {"x-delay": "soon"}})
+        as_http = c.post("/v1/kafka/send", headers={"x-delay": "30"}, json={"topic": topic_name, "payload": "h"})
     assert r.status_code == 200, r.text
     scheduled, now = r.json()["results"]
     assert scheduled["scheduled"] is True and scheduled["id"].startswith("__ferry_delay/")
     assert "offset" in now
     assert seed.status_code == 200 and seed.json()["code"] == 0 and seed.json()["scheduled"] is True
     assert bad.status_code == 400 and "x-delay" in bad.json()["message"]
+    assert as_http.status_code == 200 and as_http.json()["scheduled"] is True, as_http.text
     assert [v for *_, v, _ in read(kafka_bootstrap, topic_name)] == [b"now"]
     waiting = read(kafka_bootstrap, "__ferry_delay")
     first = next(h for *_, v, h in waiting if v == b"later")

@@ -1,0 +1,159 @@
+"""Table tests of gateway/records.py: what a produce body asks for, and how bad input is refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ferry.errors import ValidationError
+from ferry.gateway.records import (
+    MAX_RECORDS,
+    Outgoing,
+    Refused,
+    json_value,
+    parse_due,
+    parse_record,
+    parse_request,
+    parse_seed,
+)
+
+NOW = 1_800_000_000_000
+DAY_MS = 24 * 3600 * 1000
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        (None, None),
+        ("bare text", b"bare text"),
+        ("", b""),
+        ({"a": 1}, b'{"a":1}'),
+        ([1, "x"], b'[1,"x"]'),
+        (7, b"7"),
+        (True, b"true"),
+        ("ünï", "ünï".encode()),
+    ],
+)
+def test_json_value_writes_a_string_bare_and_anything_else_as_json(value: Any, written: bytes | None) -> None:
+    assert json_value(value) == written
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({}, Outgoing("t", None, None, [])),
+        ({"key": "k", "value": "v"}, Outgoing("t", b"k", b"v", [])),
+        ({"value_b64": "AAE="}, Outgoing("t", None, b"\x00\x01", [])),
+        ({"headers": {"a": "b"}, "partition": 2}, Outgoing("t", None, None, [("a", b"b")], 2)),
+        ({"delay_ms": 5}, Outgoing("t", None, None, [], None, NOW + 5)),
+        ({"deliver_at": NOW + 9}, Outgoing("t", None, None, [], None, NOW + 9)),
+    ],
+)
+def test_a_good_record(raw: dict[str, Any], expected: Outgoing) -> None:
+    assert parse_record(raw, "t", "records[0]", NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ("not an object", "records[3]"),
+        ({"valu": 1}, "records[3].valu"),
+        ({"key": 5}, "records[3].key"),
+        ({"value": 1, "value_b64": "AA=="}, "records[3].value_b64"),
+        ({"value_b64": "not base64!"}, "records[3].value_b64"),
+        ({"value_b64": 12}, "records[3].value_b64"),
+        ({"headers": ["a"]}, "records[3].headers"),
+        ({"headers": {"a": 1}}, "records[3].headers.a"),
+        ({"headers": {"": "x"}}, "records[3].headers"),
+        ({"partition": -1}, "records[3].partition"),
+        ({"partition": True}, "records[3].partition"),
+        ({"delay_ms": 0}, "records[3].delay_ms"),
+        ({"delay_ms": 1.5}, "records[3].delay_ms"),
+        ({"delay_ms": 91 * DAY_MS}, "records[3].delay_ms"),
+        ({"deliver_at": "tomorrow"}, "records[3].deliver_at"),
+        ({"delay_ms": 5, "deliver_at": NOW}, "records[3].deliver_at"),
+    ],
+)
+def test_a_bad_record_is_refused_on_its_own_with_its_field(raw: Any, field: str) -> None:
+    refused = parse_record(raw, "t", "records[3]", NOW)
+    assert isinstance(refused, Refused) and refused.field == field and refused.error
+
+
+def test_a_request_keeps_its_good_records_beside_a_refused_one() -> None:
+    parsed = parse_request({"records": [{"value": "a"}, {"key": 1}, {"value": "c"}]}, "t", NOW)
+    assert [type(p) for p in parsed] == [Outgoing, Refused, Outgoing]
+    assert isinstance(parsed[1], Refused) and parsed[1].field == "records[1].key"
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ([], "records"),
+        ({}, "records"),
+        ({"records": []}, "records"),
+        ({"records": {"value": 1}}, "records"),
+        ({"records": [{}], "extra": 1}, "extra"),
+        ({"records": [{}] * (MAX_RECORDS + 1)}, "records"),
+    ],
+)
+def test_a_request_of_the_wrong_shape_is_refused_whole(body: Any, field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_request(body, "t", NOW)
+    assert caught.value.field == field
+
+
+def test_deliver_at_in_the_past_is_due_now_and_written_through_the_store() -> None:
+    assert parse_due(None, NOW - 1000, "records[0]", NOW) == NOW - 1000
+
+
+# --- the seed's route -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "http_delay", "expected"),
+    [
+        (
+            {"headers": {"content": "goods", "instant": "yes"}, "topic": "topic-open", "payload": "hello proxy"},
+            None,
+            Outgoing("topic-open", None, b"hello proxy", [("content", b"goods"), ("instant", b"yes")]),
+        ),
+        ({"topic": "t", "payload": "p", "key": "k"}, None, Outgoing("t", b"k", b"p", [])),
+        (  # x-delay among the body's headers (the seed's way) is not written as a header
+            {"topic": "t", "payload": "p", "headers": {"X-Delay": "30", "a": "b"}},
+            None,
+            Outgoing("t", None, b"p", [("a", b"b")], None, NOW + 30_000),
+        ),
+        ({"topic": "t", "payload": "p"}, "2", Outgoing("t", None, b"p", [], None, NOW + 2_000)),  # an HTTP header
+        (
+            {"topic": "t", "payload": "p", "headers": {"x-delay": "2"}},
+            " 2",
+            Outgoing("t", None, b"p", [], None, NOW + 2_000),
+        ),
+    ],
+)
+def test_a_seed_body(body: dict[str, Any], http_delay: str | None, expected: Outgoing) -> None:
+    assert parse_seed(body, NOW, http_delay) == expected
+
+
+@pytest.mark.parametrize(
+    ("body", "http_delay", "field"),
+    [
+        ("text", None, "topic"),
+        ({"payload": "p"}, None, "topic"),
+        ({"topic": "bad topic", "payload": "p"}, None, "topic"),
+        ({"topic": "t"}, None, "payload"),
+        ({"topic": "t", "payload": {"a": 1}}, None, "payload"),
+        ({"topic": "t", "payload": "p", "key": 3}, None, "key"),
+        ({"topic": "t", "payload": "p", "headers": {"x-delay": "soon"}}, None, "headers.x-delay"),
+        ({"topic": "t", "payload": "p", "headers": {"x-delay": "0"}}, None, "headers.x-delay"),
+        ({"topic": "t", "payload": "p", "headers": {"x-delay": "-3"}}, None, "headers.x-delay"),
+        ({"topic": "t", "payload": "p", "headers": {"x-delay": "9999999"}}, None, "headers.x-delay"),  # > 90 days
+        ({"topic": "t", "payload": "p"}, "1.5", "x-delay"),
+        ({"topic": "t", "payload": "p", "headers": {"x-delay": "2"}}, "3", "x-delay"),
+    ],
+)
+def test_a_bad_seed_body_names_its_field(body: Any, http_delay: str | None, field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_seed(body, NOW, http_delay)
+    assert caught.value.field == field
