@@ -72,6 +72,10 @@ class _Open:
 
 @dataclass
 class Counters:
+    """What this owner saw since it started: its checks, and the outcome of every transaction of
+    its partitions that became final while it watched, whoever decided it (the producer through
+    a gateway, or a check)."""
+
     checks: int = 0
     check_failures: int = 0  # answered unknown, or not at all
     committed: int = 0
@@ -135,6 +139,11 @@ class CheckRunner:
             return
         if after.state == "committing" and opened.committing_since_ms is None:
             opened.committing_since_ms = self._now_ms()
+        if after.final and not opened.state.final:
+            if after.state == "committed":
+                self.counters.committed += 1
+            else:
+                self.counters.rolled_back += 1
         opened.state = after
         opened.changed.set()
 
@@ -194,8 +203,6 @@ class CheckRunner:
         state = opened.state
         if state.state == "committing" and state.decided_by == decision:
             await self._finish(txn_id, opened, after_crash=False)
-        elif state.state == "rolled_back" and entry["kind"] == "rollback" and state.reason == entry.get("reason"):
-            self.counters.rolled_back += 1
 
     async def _finish(self, txn_id: str, opened: _Open, *, after_crash: bool) -> None:
         """Write a committing transaction's records, then log ``committed``."""
@@ -203,7 +210,6 @@ class CheckRunner:
         entry = {"kind": "committed", "id": txn_id, "results": results}
         await self._log.append(txn_id, entry)
         self._apply(opened, entry)
-        self.counters.committed += 1
         if after_crash:
             self.counters.finished_after_crash += 1
             _log.warning("txn.finished_commit", txn=txn_id, records=len(results))

@@ -369,7 +369,7 @@ async function internal() {
     el("div", { class: "card" }, el("h2", { text: "Delay store" }),
       el("p", {}, `${fmt(delays.scheduled)} records scheduled · next due ${delays.next_due ? new Date(delays.next_due).toLocaleString() : "—"} · p99 lateness ${delays.late_p99_ms === null ? "—" : delays.late_p99_ms + " ms"}`)),
     el("div", { class: "card" }, el("h2", { text: "Transactions waiting" }),
-      el("p", {}, `checks ${fmt(c.checks)} (failed ${fmt(c.check_failures)}) · committed by check ${fmt(c.committed)} · rolled back by check ${fmt(c.rolled_back)} · oldest prepared ${c.oldest_prepared_age_s.toFixed(1)} s`),
+      el("p", {}, `checks ${fmt(c.checks)} (failed ${fmt(c.check_failures)}) · committed ${fmt(c.committed)} · rolled back ${fmt(c.rolled_back)} (since the owners started) · oldest prepared ${c.oldest_prepared_age_s.toFixed(1)} s`),
       txns.transactions.length
         ? el("table", { id: "transactions" }, el("thead", {}, el("tr", {}, ["Id", "Age (s)", "Checks", "Timeout (ms)", "Worker"].map((h) => el("th", { text: h })))),
           el("tbody", {}, txns.transactions.map((t) => el("tr", {}, el("td", { class: "mono", text: t.id }), el("td", { class: "num", text: t.age_s.toFixed(1) }),

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ferry import txn
-from ferry.worker.txn_checks import CheckRunner
+from ferry.worker.txn_checks import CheckRunner, Counters
 from tests.support.vtime import run
 
 ID = "3.17.00000000000000aa"
@@ -112,11 +112,13 @@ def test_producer_commits_in_time_no_check() -> None:
     assert world.asked_at == [] and world.written == []  # the gateway wrote them
     assert world.kinds() == ["prepare", "commit", "committed"]
     assert done == pytest.approx(1.2)
+    assert world.runner is not None and world.runner.counters == Counters(committed=1)  # counted, not checked
 
 
 def test_producer_rolls_back_in_time() -> None:
     world, done = scenario([], producer=[(0.5, "rollback")])
     assert world.asked_at == [] and world.written == [] and done == pytest.approx(0.5)
+    assert world.runner is not None and world.runner.counters == Counters(rolled_back=1)
 
 
 def test_check_at_timeout_answers_commit() -> None:
@@ -125,13 +127,15 @@ def test_check_at_timeout_answers_commit() -> None:
     assert world.asked_at == [pytest.approx(5.0)]
     assert world.kinds() == ["prepare", "check", "commit", "committed"]
     assert [(t, seq) for t, _, seq in world.written] == [(pytest.approx(5.0), 0), (pytest.approx(5.0), 1)]
-    assert world.runner is not None and world.runner.counters.committed == 1 and world.runner.open == {}
+    assert world.runner is not None and world.runner.counters == Counters(checks=1, committed=1)
+    assert world.runner.open == {}
 
 
 def test_check_answers_rollback_nothing_written() -> None:
     world, _ = scenario(["rollback"])
     assert world.kinds() == ["prepare", "check", "rollback"] and world.log[-1]["reason"] == "check"
     assert world.written == []
+    assert world.runner is not None and world.runner.counters == Counters(checks=1, rolled_back=1)
 
 
 def test_unknown_backs_off_then_commit() -> None:
@@ -169,12 +173,13 @@ def test_a_commit_whose_writer_died_is_finished_after_the_grace() -> None:
     assert world.asked_at == []
     assert [t for t, _, _ in world.written] == [pytest.approx(31.0)] * 2
     assert world.kinds() == ["prepare", "commit", "committed"] and done == pytest.approx(31.0)
-    assert world.runner is not None and world.runner.counters.finished_after_crash == 1
+    assert world.runner is not None and world.runner.counters == Counters(committed=1, finished_after_crash=1)
 
 
 def test_a_late_rollback_after_commit_changes_nothing() -> None:
     world, _ = scenario([], producer=[(1.0, "commit"), (1.1, "rollback"), (1.2, "committed")])
     assert world.written == [] and world.runner is not None and world.runner.open == {}
+    assert world.runner.counters == Counters(committed=1)
 
 
 def test_the_echo_of_its_own_check_is_not_a_second_check() -> None:
@@ -204,3 +209,6 @@ def test_a_check_decision_stands_only_if_it_is_first_in_the_log(
     assert len(world.written) == written_by_runner, name
     states = txn.fold([{**e, "id": ID} for e in world.log])
     assert states[ID].state == final, name
+    assert world.runner is not None, name
+    counted = world.runner.counters.committed, world.runner.counters.rolled_back
+    assert counted == ((1, 0) if final == "committed" else (0, 1)), name
