@@ -15,7 +15,7 @@ from ferry.internal import DELAY
 
 def delays(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """``{"scheduled", "next_due", "late_p99_ms"}``: records waiting in the delay topics (not yet
-    moved on), the earliest moment a worker will act on one, and the worst p99 lateness."""
+    moved on), the earliest due time of the records the workers hold, and the worst p99 lateness."""
     scheduled = 0
     next_due: int | None = None
     late: float | None = None

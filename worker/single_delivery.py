@@ -53,6 +53,7 @@ class SingleDelivery:
         return self._wake is not None
 
     def close(self) -> None:
+        self._hold_until = None  # a hold keeps its head for the delay figures: let it go
         if self._wake is not None:
             self._wake.cancel()
             self._wake = None

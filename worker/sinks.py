@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -58,8 +60,31 @@ class DelaySink:
         self.levels = {delay.decade_topic(delay_topic, k): k for k in delay.DECADES}
         """Level topic → its decade."""
         self.moved = self.delivered = self.invalid = 0
-        self._waiting: dict[int, int] = {}  # id(task-local marker) → the next moment it acts (epoch ms)
+        self._waiting: dict[int, int] = {}  # id(task-local marker) → its record's due time (epoch ms)
+        self._holds: weakref.WeakSet[LevelHold] = weakref.WeakSet()  # the owned level partitions' heads
         self.late_ms: list[int] = []  # recent lateness of delivered records (bounded)
+
+    def level_hold(self, topic: str, partition: int) -> LevelHold | None:
+        """The hold rule of a level partition (None for the entry topic), which also keeps the
+        head it holds back for :meth:`next_due`; it is forgotten with the partition's runner."""
+        decade = self.levels.get(topic)
+        if decade is None:
+            return None
+        hold = LevelHold(delay.Level(decade, partition + 1).delay_ms - LEVEL_LEAD_MS)
+        self._holds.add(hold)
+        return hold
+
+    def next_due(self, now_ms: int) -> int | None:
+        """The earliest due time of the records this worker holds: those in its sink and the
+        head of each level partition it owns (a level's later records are due later than its head
+        leaves it, not necessarily than its head is due: an estimate, exact for one record)."""
+        dues = list(self._waiting.values())
+        for hold in list(self._holds):
+            head = hold.head
+            if head is not None and hold(head) > now_ms:  # still held back, not yet in the sink
+                with contextlib.suppress(delay.InvalidSchedule):  # it goes to the .dlq when taken
+                    dues.append(delay.parse_schedule(list(head.headers))[0])
+        return min(dues, default=None)
 
     async def push(self, record: Record) -> PushResult:
         try:
@@ -72,7 +97,7 @@ class DelaySink:
             decade = self.levels.get(record.topic)
             if decade is not None:  # out of a level: wait out that level's delay first
                 level = delay.Level(decade, record.partition + 1)
-                self._waiting[id(marker)] = min(due, record.timestamp_ms + level.delay_ms)
+                self._waiting[id(marker)] = due
                 await _sleep_until(record.timestamp_ms + level.delay_ms)
             while True:
                 step = delay.next_step(due, _now_ms())
@@ -127,8 +152,24 @@ class DelaySink:
             "invalid": self.invalid,
             "late_p99_ms": p99,
             "waiting_in_memory": len(self._waiting),
-            "next_due": min(self._waiting.values(), default=None),
+            "next_due": self.next_due(_now_ms()),
         }
+
+
+class LevelHold:
+    """When a level partition's record may start (its level time, less a lead), remembering the
+    last record asked about: the window asks about its head until the head is due, so while a
+    record is held back, it is that head."""
+
+    __slots__ = ("__weakref__", "head", "wait_ms")
+
+    def __init__(self, wait_ms: int) -> None:
+        self.wait_ms = wait_ms
+        self.head: Record | None = None
+
+    def __call__(self, record: Record) -> float:
+        self.head = record
+        return record.timestamp_ms + self.wait_ms
 
 
 async def _sleep_until(epoch_ms: int) -> None:
@@ -266,11 +307,7 @@ class Sinks(PushClient):
         holds one constant delay, so its head is always the next due, and the records behind it
         wait in the fetch buffer (bounded, the fetch paused) rather than in flight."""
         if sub.name == internal.DELAY:
-            decade = self.delay.levels.get(topic)
-            if decade is None:
-                return None  # the entry topic: each record is routed at once
-            wait = delay.Level(decade, partition + 1).delay_ms - LEVEL_LEAD_MS
-            return lambda r: r.timestamp_ms + wait
+            return self.delay.level_hold(topic, partition)  # None for the entry topic: routed at once
         return super().hold_until(sub, topic, partition)
 
     async def push(self, sub: Subscription, record: Record, attempt: int, kafka_cluster: str = "default") -> PushResult:
