@@ -73,7 +73,12 @@ async def serve(settings: Settings, assignment_file: str | None = None) -> int:
         ready=lambda: engine.started and source_ready.is_set(),
         service="worker",
         json_routes={
-            "/stats": lambda: {"worker": worker_id, "partitions": engine.stats(), "endpoints": engine.endpoint_stats()}
+            "/stats": lambda: {
+                "worker": worker_id,
+                "partitions": engine.stats(),
+                "endpoints": engine.endpoint_stats(),
+                "internal": engine.internal_stats(),
+            }
         },
     )
     _log.info(

@@ -27,6 +27,11 @@ class WorkerProcess(embedded.ServiceProcess):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as resp:
             return list(json.load(resp)["partitions"])
 
+    def internal(self) -> dict[str, Any]:
+        """The delay store's and the back-check runner's figures (``/stats`` ``internal``)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as resp:
+            return dict(json.load(resp)["internal"])
+
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as resp:
             return str(resp.read().decode())
