@@ -20,6 +20,7 @@ dead-letter lookup, the compiled filter) and this decides.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -88,7 +89,9 @@ def decide(
     elif acknowledged(offset, committed, acked):
         if dead_letter is not None:
             state = "dead_lettered"
-            answer.update(attempts=dead_letter.attempts, last_error=dead_letter.error)
+            answer.update(
+                attempts=dead_letter.attempts, last_error=dead_letter.error, last_status=_status_in(dead_letter.error)
+            )
         elif filtered:
             state = "filtered"
         else:
@@ -107,3 +110,13 @@ def decide(
         answer["worker"] = worker
     answer["state"] = state
     return answer
+
+
+_ANSWERED = re.compile(r"endpoint answered (\d{3})\b")
+
+
+def _status_in(error: str) -> int | None:
+    """The endpoint's last HTTP status, as the worker wrote it into a dead letter's ``ferry-error``
+    ("endpoint answered 500; gave up after 5 attempts"); None for a timeout or a refused connection."""
+    m = _ANSWERED.search(error)
+    return int(m.group(1)) if m else None

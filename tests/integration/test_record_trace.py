@@ -68,7 +68,7 @@ def test_every_state_of_the_trace(tmp_path: Path, endpoint: EndpointRecorder) ->
         assert waiting["next_attempt_at"] is not None
         assert trace("tr", 1)["worker"] == "worker-1"
         dead = trace("tr", 3)
-        assert dead["attempts"] == 1 and dead["last_error"]
+        assert dead["attempts"] == 1 and dead["last_error"] and dead["last_status"] == 422
         assert trace("tr", 5)["state"] == "not_in_log" and trace("tr", 10_000)["state"] == "not_in_log"
         assert trace("tr-paused", 0)["state"] == "not_yet_fetched"
         assert set(trace("tr", 0)) == {

@@ -37,7 +37,19 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     ),
     "acknowledged by a dead letter": (
         {"offset": 150, "dead_letter": DeadLetter(5, "HTTP 500")},
-        {"state": "dead_lettered", "attempts": 5, "last_error": "HTTP 500"},
+        {"state": "dead_lettered", "attempts": 5, "last_error": "HTTP 500", "last_status": None},
+    ),
+    "a dead letter's status, read from its error": (
+        {"offset": 150, "dead_letter": DeadLetter(2, "endpoint answered 500; gave up after 2 attempts")},
+        {"state": "dead_lettered", "attempts": 2, "last_status": 500},
+    ),
+    "a dead letter of a batch the endpoint refused": (
+        {"offset": 150, "dead_letter": DeadLetter(1, "endpoint answered 413 for the batch")},
+        {"state": "dead_lettered", "last_status": 413},
+    ),
+    "a dead letter after timeouts has no status": (
+        {"offset": 150, "dead_letter": DeadLetter(5, "timed out after 5000 ms; gave up after 5 attempts")},
+        {"state": "dead_lettered", "last_status": None},
     ),
     "acknowledged without a push: filtered": ({"offset": 300, "filtered": True}, {"state": "filtered"}),
     "a dead letter wins over the filter": (
