@@ -25,10 +25,11 @@ from ferry.config import Settings
 from ferry.errors import FerryError
 from ferry.offsets import OffsetState, StateTable, encode_key, encode_value
 from ferry.subscription import DEFAULT_CLUSTER, INTERNAL_PREFIX, PartitionRef, Subscription
-from ferry.zk import make_client
+from ferry.zk import close_within, make_client
 from ferry.zk import start as zk_start
 
 SCAN_TIMEOUT_S = 10.0
+ZK_CLOSE_S = 5.0
 HINT_TIMEOUT_S = 3.0
 """A partition end read from a hint that gives nothing for this long is read from its beginning."""
 
@@ -79,8 +80,7 @@ class Cluster:
         zk_start(self.zk, self.settings)
 
     def stop(self) -> None:
-        self.zk.stop()
-        self.zk.close()
+        close_within(self.zk, ZK_CLOSE_S)  # with ZooKeeper gone, stopping must still end
 
     # --- ZooKeeper -----------------------------------------------------------------------
 
