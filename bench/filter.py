@@ -29,7 +29,7 @@ from ferry.worker.context import Context, Lease
 from ferry.worker.http1 import Answer
 from ferry.worker.metrics import WorkerMetrics
 from ferry.worker.partition import PartitionRunner
-from ferry.worker.push import PushResult, Record
+from ferry.worker.push import BatchPushResult, PushResult, Record
 
 SQL = "region = 'eu' AND kafkapartition < 6 AND LENGTH(partitionkey) > 3 AND type <> 'x'"
 FILTERS: dict[str, Any] = {
@@ -39,6 +39,7 @@ FILTERS: dict[str, Any] = {
     "no filter": None,
 }
 HEADERS = [("region", b"eu"), ("content-type", b"application/json"), ("trace-id", b"abc")]
+MAX_RUN_S = 120.0  # one worker run; a stuck one ends the bench with a message
 
 
 def evaluations(n: int) -> list[list[str]]:
@@ -47,6 +48,7 @@ def evaluations(n: int) -> list[list[str]]:
     rows = []
     for name, doc in FILTERS.items():
         f = filters.parse(doc) if doc is not None else None
+        view = RecordAttributes("", 0, 0, None, (), 0, "default", "s").reset  # one view, as the worker
         passed = 0
         started = time.perf_counter()
         for i in range(n):
@@ -54,7 +56,7 @@ def evaluations(n: int) -> list[list[str]]:
             if f is None:
                 passed += True
                 continue
-            ok, _ = f.matches(RecordAttributes("orders", p, o, key, HEADERS, 1_795_552_317_864, "default", "s"))
+            ok, _ = f.matches(view("orders", p, o, key, HEADERS, 1_795_552_317_864))
             passed += ok
         us = (time.perf_counter() - started) / n * 1e6
         print(f"{name:36} {us:>10.2f} {passed:>8,}")
@@ -76,6 +78,9 @@ class _Instant:
     async def post(self, url: str, headers: Any, body: bytes, timeout_s: float, read_body: int = 0) -> Answer:
         return Answer(200, None)
 
+    async def push_batch(self, sub: Subscription, body: bytes, read_body: int) -> BatchPushResult:
+        return BatchPushResult(200)
+
 
 class _NoDeadLetters:
     async def send(self, topic: str, record: Record, error: str, attempts: int, source: Any = None) -> None:
@@ -87,12 +92,19 @@ async def _records_per_s(sub: Subscription, records: list[Record]) -> float:
     runner = PartitionRunner(PartitionRef(sub.name, "orders", 0), sub, 1, ctx, None, lambda: None, lambda: None)
     n = len(records)
     started = time.perf_counter()
+    deadline = started + MAX_RUN_S
+
+    async def until(done: Any) -> None:
+        while not done():
+            if time.perf_counter() > deadline:
+                committed = runner.merge and runner.merge.committed
+                raise SystemExit(f"bench.filter: no progress in {MAX_RUN_S} s (committed {committed} of {n})")
+            await asyncio.sleep(0)
+
     for i in range(0, n, 500):
         runner.feed(records[i : i + 500], None, None)
-        while runner.window.pending > 2000:
-            await asyncio.sleep(0)
-    while runner.merge is None or runner.merge.committed < n:
-        await asyncio.sleep(0)
+        await until(lambda: runner.window.pending <= 2000)
+    await until(lambda: runner.merge is not None and runner.merge.committed >= n)
     elapsed = time.perf_counter() - started
     assert runner.delivered == n and runner.filtered == 0
     return n / elapsed
