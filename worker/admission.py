@@ -48,14 +48,13 @@ class Admission:
         with the per-record lookups done once."""
         if self._filter is None:
             return records, []
-        matches, cluster, sub = self._filter.matches, self._cluster, self._sub
+        matches = self._filter.matches
+        view = RecordAttributes("", 0, 0, None, (), 0, self._cluster, self._sub).reset
         admitted: list[Record] = []
         rejected: list[Record] = []
         errors = 0
         for r in records:
-            ok, erred = matches(
-                RecordAttributes(r.topic, r.partition, r.offset, r.key, r.headers, r.timestamp_ms, cluster, sub)
-            )
+            ok, erred = matches(view(r.topic, r.partition, r.offset, r.key, r.headers, r.timestamp_ms))
             if ok:
                 admitted.append(r)
             else:

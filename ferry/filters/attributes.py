@@ -5,6 +5,7 @@ and by the portal's record trace (which asks whether a record was filtered)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -42,6 +43,21 @@ class RecordAttributes(Mapping[str, Any]):
         self._headers, self._ts, self._cluster, self._sub = headers, timestamp_ms, cluster, subscription
         self._header_map: dict[str, bytes] | None = None
 
+    def reset(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes | None]],
+        timestamp_ms: int,
+    ) -> RecordAttributes:
+        """The same view over another record of the same subscription (no allocation per record:
+        a fetch's records are filtered one after another through one view)."""
+        self._topic, self._partition, self._offset, self._key = topic, partition, offset, key
+        self._headers, self._ts, self._header_map = headers, timestamp_ms, None
+        return self
+
     def _header(self, name: str) -> bytes | None:
         """The value of the first header named ``name`` (lowercased) that has a value: a scan
         of a few headers, a dict built once for many."""
@@ -62,7 +78,7 @@ class RecordAttributes(Mapping[str, Any]):
             if v is not None:
                 return v
         raw = self._header(name)
-        if raw is not None and _HEADER_ATTRIBUTE.fullmatch(name):
+        if raw is not None and _attribute_name(name):
             return raw.decode("utf-8", "replace")
         return default
 
@@ -83,6 +99,12 @@ class RecordAttributes(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+@functools.lru_cache(maxsize=4096)
+def _attribute_name(name: str) -> bool:
+    """Whether a header of this name is an attribute (the names a filter reads: few, so kept)."""
+    return _HEADER_ATTRIBUTE.fullmatch(name) is not None
 
 
 def _partitionkey(a: RecordAttributes) -> str | None:

@@ -58,3 +58,20 @@ def test_attribute_names_keep_header_order() -> None:
 )
 def test_partitionkey_is_the_key_percent_encoded(key: bytes) -> None:
     assert RecordAttributes("t", 0, 0, key, [], 0, "c", "s")["partitionkey"] == quote(key, safe="")
+
+
+def test_one_view_reset_over_records_answers_as_fresh_views() -> None:
+    """The worker filters a fetch through one view, reset per record: nothing of a record (its
+    header index above all) may leak into the next."""
+    records = [
+        ("t", 0, 1, b"a", MANY, 1_000),
+        ("t", 0, 2, None, [("region", b"ap")], 2_000),
+        ("u", 3, 9, b"k/1", FEW, 3_000),
+        ("t", 0, 3, b"b", [], 4_000),
+    ]
+    names = ["region", "tier", "id", "partitionkey", "kafkatopic", "kafkaoffset", "time", "h3", "datacontenttype"]
+    view = RecordAttributes("", 0, 0, None, (), 0, "default", "s")
+    for rec in records:
+        fresh = RecordAttributes(*rec, "default", "s")
+        view.reset(*rec)
+        assert {n: view.get(n) for n in names} == {n: fresh.get(n) for n in names}, rec
