@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(os.environ.get("FERRY_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
+"""Where results go; ``FERRY_BENCH_RESULTS`` elsewhere (the benches' smoke test writes to its own)."""
 
 
 def save(name: str, command: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], note: str = "") -> Path:
