@@ -22,15 +22,12 @@ after its records are acknowledged.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaException
-
 from ferry import delay
 from ferry.errors import FerryError
-from ferry.gateway.producer import Busy, Producer
+from ferry.gateway.producer import Ack, Producer
 from ferry.gateway.records import Outgoing, Refused
 
 
@@ -73,10 +70,10 @@ async def write(
 ) -> Written:
     """Send every valid record, wait for every acknowledgement, and say what happened to each.
     ``partitions``: the partition count of every target topic of ``records``."""
-    pending: list[tuple[int, asyncio.Future[tuple[int, int]], int | None]] = []
     results: list[dict[str, Any] | None] = [None] * len(records)
     out = Written([])
-    busy: Busy | None = None
+    sending: list[tuple[Outgoing, str, int]] = []
+    where: list[tuple[int, int | None]] = []  # (index in the request, due time of a delayed one)
     for i, rec in enumerate(records):
         if isinstance(rec, Refused):
             results[i] = rec.result()
@@ -90,41 +87,33 @@ async def write(
             }
             out.refused += 1
             continue
-        if busy is not None:
+        due = rec.due_ms if rec.due_ms is not None and rec.due_ms > now_ms else None
+        sent = rec if due is None else delay_record(rec, due)
+        sending.append((sent, rec.topic if due is None else delay_topic, sent.size))
+        where.append((i, due))
+    acks: list[Ack | None] = []
+    busy = None
+    if sending:
+        fut, busy = producer.send_many(sending)
+        acks = await fut
+    for (i, due), (_, _, size), ack in zip(where, sending, acks, strict=True):
+        if ack is None:  # not queued: Kafka could not take it
             results[i] = {"error": str(busy)}
             out.failed += 1
-            continue
-        due = rec.due_ms if rec.due_ms is not None and rec.due_ms > now_ms else None
-        try:
-            fut = producer.send(rec) if due is None else producer.send(delay_record(rec, due), topic=delay_topic)
-        except Busy as exc:
-            busy = exc
-            results[i] = {"error": str(exc)}
-            out.failed += 1
-            continue
-        pending.append((i, fut, due))
-        out.bytes += rec.size
-    if busy is not None and not pending and out.refused == 0:
-        raise Unavailable(str(busy), busy.retry_after_s, [r or {} for r in results])
-    acked = await asyncio.gather(*(f for _, f, _ in pending), return_exceptions=True)
-    for (i, _, due), got in zip(pending, acked, strict=True):
-        if isinstance(got, BaseException):
-            results[i] = {"error": f"not acknowledged by Kafka: {_reason(got)}"}
+        elif ack[0] is not None:
+            results[i] = {"error": f"not acknowledged by Kafka: {ack[0].str()}"}
             out.failed += 1
         elif due is None:
-            results[i] = {"partition": got[0], "offset": got[1]}
+            results[i] = {"partition": ack[1], "offset": ack[2]}
             out.records += 1
+            out.bytes += size
         else:
-            results[i] = {"scheduled": True, "id": f"{delay_topic}/{got[0]}/{got[1]}", "deliver_at": due}
+            results[i] = {"scheduled": True, "id": f"{delay_topic}/{ack[1]}/{ack[2]}", "deliver_at": due}
             out.scheduled += 1
+            out.bytes += size
+    if busy is not None and out.refused == 0 and all(ack is None for ack in acks):  # Kafka took none
+        raise Unavailable(str(busy), busy.retry_after_s, [r or {} for r in results])
     out.results = [r or {} for r in results]
     if out.failed and not (out.records or out.scheduled or out.refused):
         raise Unavailable("Kafka acknowledged none of the records; retry shortly", 2, out.results)
     return out
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, KafkaException) and exc.args:
-        err = exc.args[0]
-        return str(err.str()) if hasattr(err, "str") else str(err)
-    return f"{type(exc).__name__}: {exc}"

@@ -8,10 +8,11 @@ How it stays fast and bounded:
 
 - Records of all concurrent requests go into one librdkafka producer, which batches them per
   partition (``linger.ms``): there is no flush per request.
-- One thread polls the producer; acknowledgements are collected per poll and handed to the event
-  loop in one call, not one wake-up per record.
+- One thread polls the producer; a request's acknowledgements are collected into one list and the
+  requests completed by a poll are handed to the event loop in one call: no future, no wake-up per
+  record.
 - Bytes sent and not yet acknowledged are counted; past ``max_in_flight_bytes`` — or while the
-  brokers are unreachable — :meth:`Producer.send` raises :class:`Busy` at once, and the request is
+  brokers are unreachable — :meth:`Producer.send_many` refuses with :class:`Busy` at once, and the request is
   answered 503 with ``Retry-After`` instead of waiting: memory stays bounded whatever the load,
   and clients are not left hanging.
 - A record not acknowledged within ``produce_timeout_ms`` fails with a timeout (librdkafka's
@@ -27,7 +28,8 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message
@@ -48,6 +50,24 @@ class Busy(FerryError):
         self.retry_after_s = retry_after_s
 
 
+Ack = tuple[KafkaError | None, int, int]
+"""One record's acknowledgement: (error or None, partition, offset)."""
+
+
+class _Pending:
+    """One request's records in the producer: filled in by librdkafka's callbacks; done when it is
+    ``sealed`` (every record queued) and ``left`` (queued, not yet settled) is 0."""
+
+    __slots__ = ("acks", "fut", "left", "sealed", "size")
+
+    def __init__(self, fut: asyncio.Future[list[Ack | None]], n: int) -> None:
+        self.fut = fut
+        self.acks: list[Ack | None] = [None] * n
+        self.left = 0
+        self.sealed = False
+        self.size = 0
+
+
 class Producer:
     def __init__(
         self,
@@ -61,7 +81,7 @@ class Producer:
         self.in_flight_bytes = 0
         self._down_since: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._acked: list[tuple[asyncio.Future[tuple[int, int]], KafkaError | None, int, int, int]] = []
+        self._done: list[_Pending] = []  # requests settled, not yet handed to the loop
         self._acked_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -105,48 +125,81 @@ class Producer:
 
     # --- sending ----------------------------------------------------------------------------
 
-    def send(self, rec: Outgoing, topic: str | None = None) -> asyncio.Future[tuple[int, int]]:
-        """Queue one record; the future resolves to (partition, offset) once the brokers acknowledged
-        it, or fails with :class:`KafkaException`. Raises :class:`Busy` when Kafka cannot take it now."""
-        if self.down:
-            raise Busy("Kafka brokers are unreachable from the gateway; retry shortly", retry_after_s=2)
-        size = rec.size
-        if self.in_flight_bytes + size > self.max_in_flight_bytes and self.in_flight_bytes > 0:
-            raise Busy(
-                f"the gateway holds {self.in_flight_bytes:,} bytes not yet acknowledged by Kafka "
-                f"(FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES={self.max_in_flight_bytes:,}); retry shortly"
-            )
+    def send_many(
+        self, items: Sequence[tuple[Outgoing, str, int]]
+    ) -> tuple[asyncio.Future[list[Ack | None]], Busy | None]:
+        """Queue a request's records — (record, topic, size) each, in order — and return one future
+        for all their acknowledgements: a list with one :data:`Ack` per record, in order, resolved
+        once the brokers acknowledged (or failed) every queued record. When Kafka cannot take a
+        record now, it and the records after it are not queued (their entries stay None) and the
+        :class:`Busy` saying why is returned beside the future."""
         assert self._loop is not None, "Producer.start() was not called"
-        fut: asyncio.Future[tuple[int, int]] = self._loop.create_future()
+        pending = _Pending(self._loop.create_future(), len(items))
+        busy: Busy | None = None
+        if self.down:
+            busy = Busy("Kafka brokers are unreachable from the gateway; retry shortly", retry_after_s=2)
+            items = ()
+        on_ack = self._on_ack
+        queued = queued_bytes = 0
+        pending.left = len(items)  # until sealed, the records not queued count too: no early finish
+        with self._swap:
+            produce = self._p.produce
+            for i, (rec, topic, size) in enumerate(items):
+                if self.in_flight_bytes + queued_bytes + size > self.max_in_flight_bytes and (
+                    self.in_flight_bytes + queued_bytes > 0
+                ):
+                    busy = Busy(
+                        f"the gateway holds {self.in_flight_bytes + queued_bytes:,} bytes not yet acknowledged "
+                        f"by Kafka (FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES={self.max_in_flight_bytes:,}); retry shortly"
+                    )
+                    break
+                try:
+                    if rec.partition is None:
+                        produce(
+                            topic,
+                            rec.value,
+                            rec.key,
+                            headers=cast(Any, rec.headers),
+                            on_delivery=partial(on_ack, pending, i),
+                        )
+                    else:
+                        produce(
+                            topic,
+                            rec.value,
+                            rec.key,
+                            partition=rec.partition,
+                            headers=cast(Any, rec.headers),
+                            on_delivery=partial(on_ack, pending, i),
+                        )
+                except BufferError:
+                    busy = Busy("the gateway's Kafka queue is full; retry shortly")
+                    break
+                except KafkaException as exc:
+                    err = exc.args[0] if exc.args else None
+                    if isinstance(err, KafkaError) and err.fatal():
+                        self._rebuild = True
+                    why = err.str() if isinstance(err, KafkaError) else exc
+                    busy = Busy(f"Kafka refused the record now ({why}); retry")
+                    break
+                queued += 1
+                queued_bytes += size
+        self.in_flight_bytes += queued_bytes
+        pending.size = queued_bytes
+        with self._acked_lock:
+            pending.left -= len(items) - queued
+            pending.sealed = True
+            settled = pending.left == 0  # nothing queued, or every acknowledgement came already
+        if settled:
+            self._settle([pending])
+        return pending.fut, busy
 
-        def on_delivery(err: KafkaError | None, msg: Message) -> None:
-            with self._acked_lock:
-                self._acked.append((fut, err, msg.partition() or 0, msg.offset() or 0, size))
-
-        kwargs: dict[str, Any] = {}
-        if rec.partition is not None:
-            kwargs["partition"] = rec.partition
-        try:
-            with self._swap:
-                self._p.produce(
-                    topic or rec.topic,
-                    value=rec.value,
-                    key=rec.key,
-                    headers=cast(Any, rec.headers),
-                    on_delivery=on_delivery,
-                    **kwargs,
-                )
-        except BufferError:
-            raise Busy("the gateway's Kafka queue is full; retry shortly") from None
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if isinstance(err, KafkaError) and err.fatal():
-                self._rebuild = True
-            raise Busy(
-                f"Kafka refused the record now ({err.str() if isinstance(err, KafkaError) else exc}); retry"
-            ) from None
-        self.in_flight_bytes += size
-        return fut
+    def _on_ack(self, pending: _Pending, i: int, err: KafkaError | None, msg: Message) -> None:
+        """(Whichever thread serves librdkafka's callbacks: the poll thread, or close's flush.)"""
+        pending.acks[i] = (err, msg.partition() or 0, msg.offset() or 0)
+        with self._acked_lock:
+            pending.left -= 1
+            if pending.left == 0 and pending.sealed:
+                self._done.append(pending)
 
     # --- the polling thread -----------------------------------------------------------------
 
@@ -159,28 +212,33 @@ class Producer:
             except KafkaException as exc:  # a fatal error surfaces here too: replace, never die
                 _log.warning("gateway.producer_error", error=str(exc)[:300])
                 self._rebuild = True
-            with self._acked_lock:
-                acked, self._acked = self._acked, []
-            if acked and self._loop is not None:
-                try:
-                    self._loop.call_soon_threadsafe(self._settle, acked)
-                except RuntimeError:  # the loop is closed: nobody waits any more
-                    return
+            self._hand_over()
 
-    def _settle(self, acked: list[tuple[asyncio.Future[tuple[int, int]], KafkaError | None, int, int, int]]) -> None:
-        for fut, err, partition, offset, size in acked:
-            self.in_flight_bytes -= size
-            if fut.done():
-                continue
-            if err is None:
-                self._down_since = None
-                fut.set_result((partition, offset))
-            else:
-                if err.code() == KafkaError._MSG_TIMED_OUT and not self._rebuild:
+    def _hand_over(self) -> None:
+        """Give the requests whose every record is settled to the event loop, in one call."""
+        with self._acked_lock:
+            done, self._done = self._done, []
+        if done and self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._settle, done)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                self._stop.set()
+
+    def _settle(self, done: list[_Pending]) -> None:
+        for pending in done:
+            self.in_flight_bytes -= pending.size
+            for ack in pending.acks:
+                if ack is None:
+                    continue
+                err = ack[0]
+                if err is None:
+                    self._down_since = None
+                elif err.code() == KafkaError._MSG_TIMED_OUT and not self._rebuild:
                     # Not acknowledged in produce_timeout_ms: a cluster that restarted without our
                     # producer's state never will; a fresh producer (new producer id) recovers.
                     self._rebuild = True
-                fut.set_exception(KafkaException(err))
+            if not pending.fut.done():
+                pending.fut.set_result(pending.acks)
 
     def _replace(self) -> None:
         """The idempotent producer hit a fatal error (e.g. the brokers lost its producer state, as a
