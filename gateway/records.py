@@ -27,9 +27,10 @@ MAX_HEADER_NAME = 255
 _RECORD_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "delay_ms", "deliver_at"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outgoing:
-    """One record to write: to ``topic`` now, or (``due_ms`` set) through the delay store."""
+    """One record to write: to ``topic`` now, or (``due_ms`` set) through the delay store. Not
+    changed once made (not frozen only because a frozen dataclass is slower to make, per record)."""
 
     topic: str
     key: bytes | None
@@ -40,7 +41,11 @@ class Outgoing:
 
     @property
     def size(self) -> int:
-        return len(self.key or b"") + len(self.value or b"") + sum(len(n) + len(v) for n, v in self.headers) + 64
+        """Bytes it holds in the producer's queue, about: key, value, headers and 64 of overhead."""
+        size = len(self.key or b"") + len(self.value or b"") + 64
+        if self.headers:
+            size += sum(len(n) + len(v) for n, v in self.headers)
+        return size
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,9 +92,9 @@ def parse_record(raw: Any, topic: str, path: str, now_ms: int) -> Outgoing | Ref
 def _record(raw: Any, topic: str, path: str, now_ms: int) -> Outgoing:
     if not isinstance(raw, dict):
         raise ValidationError(path, "a record must be a JSON object")
-    unknown = set(raw) - _RECORD_FIELDS
-    if unknown:
-        raise ValidationError(f"{path}.{sorted(unknown)[0]}", f"unknown field; a record has {sorted(_RECORD_FIELDS)}")
+    if not raw.keys() <= _RECORD_FIELDS:
+        unknown = sorted(set(raw) - _RECORD_FIELDS)[0]
+        raise ValidationError(f"{path}.{unknown}", f"unknown field; a record has {sorted(_RECORD_FIELDS)}")
     key = raw.get("key")
     if key is not None and not isinstance(key, str):
         raise ValidationError(f"{path}.key", "must be a string or null")
