@@ -11,6 +11,7 @@ from ferry.gateway.records import (
     MAX_RECORDS,
     Outgoing,
     Refused,
+    check_topic,
     json_value,
     parse_due,
     parse_record,
@@ -157,3 +158,30 @@ def test_a_bad_seed_body_names_its_field(body: Any, http_delay: str | None, fiel
     with pytest.raises(ValidationError) as caught:
         parse_seed(body, NOW, http_delay)
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("name", "valid"),
+    [
+        ("orders", True),
+        ("billing.eu_2-x", True),
+        ("a" * 249, True),
+        ("...", True),
+        ("a" * 250, False),
+        ("", False),
+        (".", False),
+        ("..", False),
+        ("a/b", False),
+        ("a b", False),
+        ("ä", False),
+        ("\u0661", False),  # an Arabic-Indic digit: a digit to str.isdigit, not to Kafka
+        ("orders\n", False),
+    ],
+)
+def test_topic_names_follow_kafkas_rule(name: str, valid: bool) -> None:
+    if valid:
+        assert check_topic(name) == name
+    else:
+        with pytest.raises(ValidationError) as caught:
+            check_topic(name)
+        assert caught.value.field == "topic"
