@@ -16,7 +16,7 @@ import asyncio
 import gc
 import signal
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
@@ -36,44 +36,79 @@ from ferry.txnlog import TxnLog
 _log = log.get_logger(__name__)
 
 
+class _ReadClock:
+    """The read deadlines of a server's connections, checked by one timer a tick (a tenth of the
+    read timeout, at most a second): setting a deadline per request is a float, not a timer."""
+
+    def __init__(self) -> None:
+        self.conns: set[_Guarded] = set()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, conn: _Guarded) -> None:
+        self.conns.add(conn)
+        if self._timer is None:
+            self._schedule()
+
+    def discard(self, conn: _Guarded) -> None:
+        self.conns.discard(conn)
+
+    def _schedule(self) -> None:
+        tick_s = max(0.05, min(1.0, _Guarded.read_timeout_s / 10))
+        self._timer = asyncio.get_running_loop().call_later(tick_s, self._tick)
+
+    def _tick(self) -> None:
+        now = asyncio.get_running_loop().time()
+        for conn in [c for c in self.conns if c.deadline is not None and c.deadline <= now]:
+            conn.too_slow()
+        if self.conns:
+            self._schedule()
+        else:
+            self._timer = None
+
+
 class _Guarded(RequestHandler):
-    """A connection that must bring each request's headers within ``read_timeout_s``."""
+    """A connection that must bring each request's headers and body within ``read_timeout_s``."""
 
     read_timeout_s = 10.0
+    clock: _ReadClock
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._guard: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None
         self.arm()
+        self.clock.add(self)
 
     def arm(self) -> None:
-        self.disarm()
-        self._guard = asyncio.get_running_loop().call_later(self.read_timeout_s, self._too_slow)
+        self.deadline = asyncio.get_running_loop().time() + self.read_timeout_s
 
     def disarm(self) -> None:
-        if getattr(self, "_guard", None) is not None:
-            self._guard.cancel()  # type: ignore[union-attr]
-            self._guard = None
+        self.deadline = None
 
-    def _too_slow(self) -> None:
+    def too_slow(self) -> None:
+        self.deadline = None
         self.force_close()
         if self.transport is not None:
             self.transport.close()
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self.disarm()
+        self.clock.discard(self)
         super().connection_lost(exc)
 
 
 class _Server(web.Server):
+    clock: _ReadClock
+
     def __call__(self) -> RequestHandler:
-        return _Guarded(self, loop=self._loop, **self._kwargs)
+        conn = _Guarded(self, loop=self._loop, **self._kwargs)
+        conn.clock = self.clock
+        return conn
 
 
 class _Runner(web.AppRunner):
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = _Server  # the same server, making guarded connections
+        cast(_Server, server).clock = _ReadClock()
         return server
 
 
@@ -81,7 +116,7 @@ class _Runner(web.AppRunner):
 async def read_clock(request: web.Request, handler: Any) -> web.StreamResponse:
     """The connection's clock, started when it opened or answered its previous request, runs until
     the whole request — headers and body — is read; it starts again once this one is answered.
-    (One timer per request: no task per body read.)"""
+    (A deadline per connection, checked by one timer per server: no timer or task per request.)"""
     protocol = request.protocol
     try:
         if request.body_exists:
