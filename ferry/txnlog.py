@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
 import queue
 import re
 import secrets
@@ -32,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from ferry import kafka, txn
@@ -89,14 +89,14 @@ def new_nonce() -> str:
 
 
 def encode(entry: Mapping[str, Any]) -> bytes:
-    return json.dumps(entry, separators=(",", ":")).encode()
+    return orjson.dumps(entry)
 
 
 def entry_of(msg: Message) -> dict[str, Any] | None:
     """A log record as an entry with its ``id`` (a prepare's id is made from where it is stored);
     None for a record that is not a valid entry (skipped, never fatal)."""
     try:
-        entry = json.loads(cast(bytes, msg.value()))
+        entry = orjson.loads(cast(bytes, msg.value()))
     except (TypeError, ValueError):
         return None
     if not isinstance(entry, dict) or not isinstance(entry.get("kind"), str):
@@ -217,7 +217,20 @@ class TxnLog:
         """:meth:`append` without a thread: awaits the acknowledgement."""
         return await self._produce_async(txn_id.partition, str(txn_id).encode(), {**entry, "id": str(txn_id)})
 
+    def append_soon(self, txn_id: TxnId, entry: Mapping[str, Any]) -> asyncio.Task[int]:
+        """:meth:`append_async` for a caller that need not wait: the entry is queued in the producer
+        before this returns (a graceful close flushes it), and the task gives its offset."""
+        acked, size = self._queue(txn_id.partition, str(txn_id).encode(), {**entry, "id": str(txn_id)})
+        return asyncio.ensure_future(self._acknowledgement(acked, size))
+
     async def _produce_async(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> int:
+        acked, size = self._queue(partition, key, entry)
+        return await self._acknowledgement(acked, size)
+
+    def _queue(
+        self, partition: int, key: bytes, entry: Mapping[str, Any]
+    ) -> tuple[asyncio.Future[tuple[KafkaError | None, int]], int]:
+        """Queue an entry in the producer; the future of its acknowledgement, and its size."""
         loop = asyncio.get_running_loop()
         acked: asyncio.Future[tuple[KafkaError | None, int]] = loop.create_future()
 
@@ -228,14 +241,16 @@ class TxnLog:
         def on_delivery(err: KafkaError | None, msg: Message) -> None:  # the poll thread
             self._due.append((loop, settle, (err, msg.offset())))
 
-        value = self._send(partition, key, entry, on_delivery)
+        return acked, len(self._send(partition, key, entry, on_delivery))
+
+    async def _acknowledgement(self, acked: asyncio.Future[tuple[KafkaError | None, int]], size: int) -> int:
         try:
             err, offset = await asyncio.wait_for(acked, self.timeout_s)
         except TimeoutError:
             raise TxnLogError(
                 f"the transaction log {self.topic!r} did not acknowledge within {self.timeout_s:g} s"
             ) from None
-        return self._acknowledged(err, offset, len(value))
+        return self._acknowledged(err, offset, size)
 
     def _send(
         self,
@@ -407,7 +422,7 @@ def _run_all(calls: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
 def _decode(value: bytes) -> dict[str, Any] | None:
     """One of a known transaction's raw entries (the view kept it by its key)."""
     try:
-        entry = json.loads(value)
+        entry = orjson.loads(value)
     except ValueError:
         return None
     return entry if isinstance(entry, dict) and isinstance(entry.get("kind"), str) else None
