@@ -9,9 +9,10 @@ Every operation reads and appends the transaction log (:mod:`ferry.txnlog`) and 
 any replica answers any request, and a restart forgets nothing. Two replicas receiving contrary
 verbs at once both append their decision; each then reads the log up to its own entry, and the
 first decision there stands (the other answers 409). A commit writes the records with
-``ferry-transaction-id`` / ``ferry-transaction-seq`` after its decision is logged and logs
-``committed`` after every record is acknowledged; if the replica dies in between, whoever finishes
-the commit (a repeated commit request, or the check runner after a grace period) writes them again.
+``ferry-transaction-id`` / ``ferry-transaction-seq`` after its decision is logged, and answers once
+every record is acknowledged, with ``committed`` queued to the log (not awaited); if the replica
+dies before that entry is in the log, whoever finishes the commit (a repeated commit request, or
+the check runner after a grace period) writes the records again.
 
 These are plain async functions over two ports (the log, and a writer of records to their topics),
 so the HTTP handlers stay thin and tests can drive them directly.
@@ -25,11 +26,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from ferry import txn
+from ferry import log, txn
 from ferry.errors import EndpointRefused, ValidationError
 from ferry.gateway.records import Outgoing
 from ferry.netguard import EndpointPolicy, literal_address
 from ferry.txnlog import TxnId, TxnLog, new_nonce, parse_id, stored_record
+
+_log = log.get_logger(__name__)
 
 Write = Callable[[str, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
 """Write a committed transaction's stored records (id, records) → one result per record, as §9."""
@@ -46,6 +49,7 @@ class Transactions:
         self.log = log
         self._write = write
         self._policy = policy
+        self._logging: set[asyncio.Task[int]] = set()  # `committed` entries not yet acknowledged
 
     async def prepare(self, records: list[Outgoing], check_url: Any, timeout_ms: Any) -> dict[str, Any]:
         """Store a prepared transaction of already validated ``records``."""
@@ -99,8 +103,18 @@ class Transactions:
         if answer == "same":
             return {"id": raw_id, "state": "committed", "results": state.results or []}
         results = await self._write(raw_id, list(prepare.get("records", ())))
-        await self.log.append_async(tid, {"kind": "committed", "results": results})
+        # Every record is acknowledged: the answer need not wait for `committed` to be. It is queued
+        # now (a graceful stop flushes it); if this gateway dies first, the back-check finishes the
+        # commit after its grace by writing the records again: the one place duplicates come from.
+        logged = self.log.append_soon(tid, {"kind": "committed", "results": results})
+        self._logging.add(logged)
+        logged.add_done_callback(self._committed_logged)
         return {"id": raw_id, "state": "committed", "results": results}
+
+    def _committed_logged(self, logged: asyncio.Task[int]) -> None:
+        self._logging.discard(logged)
+        if not logged.cancelled() and logged.exception() is not None:
+            _log.warning("txn.committed_not_logged", error=str(logged.exception()))
 
     async def _committed_by_others(self, tid: TxnId) -> tuple[txn.Txn | None, dict[str, Any] | None]:
         """The transaction once its ``committed`` entry is in the log, or as it is once its
