@@ -30,11 +30,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import _results
 from bench._harness import cpu_seconds
 from ferry.devstack import embedded
 
 TOKEN = "bench-token"
 TOPIC = "bench.gateway"
+COLUMNS = [
+    "records per request",
+    "naive gateway records/s",
+    "`ferry gateway` records/s",
+    "Ferry ÷ naive",
+    "Ferry p99 ms",
+]
 
 
 # --- the two stand-ins, run as `python -m bench.gateway trivial|naive --port P` ---------------
@@ -194,10 +202,27 @@ def main() -> None:
                 f"{name:8} {per:>7} {r['rps']:>9,.0f} {r['rps'] * per:>10,.0f} {r['p50']:>7.2f} {r['p99']:>7.2f} "
                 f"{cpu_ms:>13.1f} {r['errors']:>7.0f}"
             )
-        by = {(n, p): r["rps"] for n, p, r, _ in rows}
+        by = {(n, p): r for n, p, r, _ in rows}
         print(
-            f"\nferry / naive, 1 record per request: {by[('ferry', 1)] / by[('naive', 1)]:.2f}x; "
-            f"100 per request: {by[('ferry', 100)] / by[('naive', 100)]:.2f}x"
+            f"\nferry / naive, 1 record per request: {by[('ferry', 1)]['rps'] / by[('naive', 1)]['rps']:.2f}x; "
+            f"100 per request: {by[('ferry', 100)]['rps'] / by[('naive', 100)]['rps']:.2f}x"
+        )
+        _results.save(
+            "gateway",
+            f"python3 -m bench.gateway --seconds {a.seconds}",
+            COLUMNS,
+            [
+                [
+                    str(per),
+                    f"{by[('naive', per)]['rps'] * per:,.0f}",
+                    f"{by[('ferry', per)]['rps'] * per:,.0f}",
+                    f"{by[('ferry', per)]['rps'] / by[('naive', per)]['rps']:.2f}×",
+                    f"{by[('ferry', per)]['p99']:.1f}",
+                ]
+                for per in (1, 100)
+            ],
+            f"wrk -t2 -c{a.connections} keep-alive; the broker shares the same 2 cores; an aiohttp server "
+            f"alone answers {by[('trivial', 1)]['rps']:,.0f} requests/s here",
         )
     finally:
         for p in procs:
