@@ -47,6 +47,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from ferry import log, zkpaths
 from ferry.config import Settings
 from ferry.subscription import PartitionRef, Subscription, from_trusted
+from ferry.worker.blocking import in_daemon_thread
 from ferry.worker.engine import Engine
 from ferry.zk import close_within, make_client
 from ferry.zk import start as zk_start
@@ -327,7 +328,9 @@ class ZkSource:
         never delete it, and an owner node nobody serves stalls P until this worker's session ends.
         The next take of P waits for every give-back under way (:meth:`_given_back`): a late one
         would otherwise delete the node that take found (ours, same session) and is serving."""
-        job = asyncio.ensure_future(asyncio.to_thread(self._drop_owner, ref))
+        # A thread of its own, not the shared pool: with ZooKeeper gone, the pool's threads may all
+        # be held by calls waiting for it (takes under way), and a give-back must still end.
+        job = asyncio.ensure_future(in_daemon_thread(self._drop_owner, ref, name="ferry-zk-give-back"))
         pending = self._giving_back.setdefault(ref, set())
         pending.add(job)
 
@@ -407,9 +410,10 @@ class ZkSource:
 
     async def _shutdown(self) -> None:
         """Deregister first (the leader moves the partitions), then release each gracefully."""
+        # Threads of their own here, not the shared pool (see _give_back).
         with contextlib.suppress(KazooException, KazooTimeoutError):
             deregister = self.zk.delete_async(zkpaths.worker(self.cluster, self.worker_id))
-            await asyncio.to_thread(deregister.get, timeout=ZK_CALL_TIMEOUT_S)
+            await in_daemon_thread(deregister.get, True, ZK_CALL_TIMEOUT_S, name="ferry-zk-deregister")
         self.desired = {}
         for t in list(self.taking.values()):
             t.cancel()
@@ -420,7 +424,7 @@ class ZkSource:
             for ref in refs:
                 self.releasing[ref] = task
         await asyncio.gather(*set(self.releasing.values()), return_exceptions=True)
-        if not await asyncio.to_thread(close_within, self.zk, ZK_CALL_TIMEOUT_S):
+        if not await in_daemon_thread(close_within, self.zk, ZK_CALL_TIMEOUT_S, name="ferry-zk-close"):
             _log.warning("zk.close_timeout", worker=self.worker_id, hint="ZooKeeper unreachable: the session expires")
 
 

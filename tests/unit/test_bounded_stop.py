@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -53,3 +54,23 @@ async def test_in_daemon_thread_result_error_and_daemon() -> None:
     assert await in_daemon_thread(lambda: threading.current_thread().daemon) is True
     with pytest.raises(ZeroDivisionError):
         await in_daemon_thread(lambda: 1 / 0)
+
+
+def test_an_ending_worker_waits_for_its_pool_only_so_long() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ferry.worker.service import _drain
+
+    never = threading.Event()
+    stuck = ThreadPoolExecutor(max_workers=4)
+    stuck.submit(never.wait)  # a call to a ZooKeeper that is gone
+    stuck.submit(lambda: None)
+    started = time.monotonic()
+    assert _drain(stuck, 0.3) == 1
+    assert time.monotonic() - started < 2
+    never.set()  # let the test's thread go
+
+    fine = ThreadPoolExecutor(max_workers=4)
+    for _ in range(8):
+        fine.submit(time.sleep, 0.01)
+    assert _drain(fine, 5.0) == 0
