@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from ferry import config
+from ferry import config, lifeline
 from ferry.errors import FerryError
 
 
@@ -82,6 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from ferry.devstack import dev
 
             return dev.main(settings, args)
+        if args.command in ("worker", "coordinator", "portal", "gateway"):
+            lifeline.hold()  # started by `ferry dev`: end when it is gone
         if args.command == "worker":
             from ferry.worker import service as worker_service
 

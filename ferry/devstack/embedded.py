@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ferry import java as runtime
+from ferry import lifeline
 from ferry.errors import FerryError
 
 
@@ -65,7 +66,8 @@ class ServiceProcess:
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     die_with_parent: bool = False
-    """Linux: the child gets SIGTERM if the process that started it dies (even by kill -9)."""
+    """The child gets SIGTERM if the process that started it dies (even by kill -9; Linux), and a
+    Ferry service also watches for it itself and ends within a bound (:mod:`ferry.lifeline`)."""
 
     def start(self) -> ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,7 @@ class ServiceProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **self.env},
+            env={**os.environ, **self.env, **({lifeline.ENV: str(os.getpid())} if self.die_with_parent else {})},
             start_new_session=True,  # our SIGINT must not reach it before we stop it in order
             preexec_fn=_die_with_parent if self.die_with_parent else None,
         )
