@@ -39,6 +39,7 @@ from ferry import delay, kafka
 from ferry.devstack import embedded
 
 DELAY_TOPIC = "__ferry_delay"
+BANDS = ((100, "0-0.1 s"), (1_000, "0.1-1 s"), (10_000, "1-10 s"), (float("inf"), "10 s and more"))
 
 
 def schedule(bootstrap: str, topic: str, target: str, delays_ms: list[int], rate: float | None) -> dict[bytes, int]:
@@ -109,6 +110,29 @@ def lateness_row(name: str, due: dict[bytes, int], got: dict[bytes, int], extra:
         f"{pct(0.99):,}",
         f"{late[-1] if late else 0:,}",
     ]
+
+
+def by_delay(delays: list[int], due: dict[bytes, int], got: dict[bytes, int]) -> None:
+    """Where the lateness comes from: p50/p99/max per delay range and per level writes (printed
+    only, to read beside the table)."""
+    groups: dict[str, list[int]] = {}
+    for i, delay_ms in enumerate(delays):
+        value = str(i).encode()
+        if value not in got:
+            continue
+        late = got[value] - due[value]
+        band = next(name for bound, name in BANDS if delay_ms < bound)
+        for key in (f"delay {band}", f"{delay.level_writes(delay_ms)} level writes"):
+            groups.setdefault(key, []).append(late)
+    first = min(due.values())
+    late_of = {i: got[v] - due[v] for i in range(len(delays)) if (v := str(i).encode()) in got}
+    for i in sorted(late_of, key=late_of.__getitem__, reverse=True)[:5]:
+        at_s = (due[str(i).encode()] - first) / 1000
+        print(f"  late {late_of[i]:,} ms: due {at_s:.1f} s into the run, delay {delays[i]:,} ms")
+    for key in sorted(groups):
+        late = sorted(groups[key])
+        p99 = late[min(len(late) - 1, int(0.99 * len(late)))]
+        print(f"  {key:<22} {len(late):>7,} records: late p50 {late[len(late) // 2]:,} p99 {p99:,} max {late[-1]:,} ms")
 
 
 def main() -> None:
@@ -187,6 +211,7 @@ def main() -> None:
         cpu = cpu_seconds(worker.proc.pid) - cpu0
         levels = sum(_count(bootstrap, t) for t, _, _ in delay.level_topics(DELAY_TOPIC)) - levels0
         ferry_cpu = 1000 * cpu / max(1, len(got)) * 1000
+        by_delay(delays, due, got)
         table = [
             [
                 *lateness_row("Ferry", due, got, f"RSS {rss_mb(worker.proc.pid):.0f} MB"),
