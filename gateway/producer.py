@@ -1,4 +1,5 @@
-"""The gateway's one Kafka producer, seen from asyncio: send a record, await its acknowledgement.
+"""The gateway's one Kafka producer, seen from asyncio: send a request's records, await their
+acknowledgements.
 
 Use case: every request handler of the gateway sends its records here and awaits them all before
 it answers 200, so a 200 means every record is acknowledged by the brokers (``acks=all``,
@@ -12,9 +13,9 @@ How it stays fast and bounded:
   requests completed by a poll are handed to the event loop in one call: no future, no wake-up per
   record.
 - Bytes sent and not yet acknowledged are counted; past ``max_in_flight_bytes`` — or while the
-  brokers are unreachable — :meth:`Producer.send_many` refuses with :class:`Busy` at once, and the request is
-  answered 503 with ``Retry-After`` instead of waiting: memory stays bounded whatever the load,
-  and clients are not left hanging.
+  brokers are unreachable — :meth:`Producer.send_many` refuses with :class:`Busy` at once, and the
+  request is answered 503 with ``Retry-After`` instead of waiting: memory stays bounded whatever
+  the load, and clients are not left hanging.
 - A record not acknowledged within ``produce_timeout_ms`` fails with a timeout (librdkafka's
   ``message.timeout.ms``); its request says so for that record.
 
