@@ -22,9 +22,8 @@ class Admission:
 
     def __init__(self, sub: Subscription, cluster: str) -> None:
         self.document = sub.filter
-        self._sub = sub.name
-        self._cluster = cluster
         self._filter = filters.parse(sub.filter) if sub.filter is not None else None
+        self._view = RecordAttributes("", 0, 0, None, (), 0, cluster, sub.name).reset  # one, reset per record
         self.errors = 0
 
     @property
@@ -35,10 +34,7 @@ class Admission:
         if self._filter is None:
             return True
         r = record
-        attrs = RecordAttributes(
-            r.topic, r.partition, r.offset, r.key, r.headers, r.timestamp_ms, self._cluster, self._sub
-        )
-        ok, erred = self._filter.matches(attrs)
+        ok, erred = self._filter.matches(self._view(r.topic, r.partition, r.offset, r.key, r.headers, r.timestamp_ms))
         if erred:
             self.errors += 1
         return ok
@@ -48,8 +44,7 @@ class Admission:
         with the per-record lookups done once."""
         if self._filter is None:
             return records, []
-        matches = self._filter.matches
-        view = RecordAttributes("", 0, 0, None, (), 0, self._cluster, self._sub).reset
+        matches, view = self._filter.matches, self._view
         admitted: list[Record] = []
         rejected: list[Record] = []
         errors = 0

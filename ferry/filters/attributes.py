@@ -39,9 +39,9 @@ class RecordAttributes(Mapping[str, Any]):
         cluster: str,
         subscription: str,
     ) -> None:
-        self._topic, self._partition, self._offset, self._key = topic, partition, offset, key
-        self._headers, self._ts, self._cluster, self._sub = headers, timestamp_ms, cluster, subscription
+        self._cluster, self._sub = cluster, subscription
         self._header_map: dict[str, bytes] | None = None
+        self.reset(topic, partition, offset, key, headers, timestamp_ms)
 
     def reset(
         self,
