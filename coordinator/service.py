@@ -21,12 +21,10 @@ from ferry.config import Settings
 from ferry.coordinator.catalog import Catalog
 from ferry.coordinator.leader import Leader
 from ferry.coordinator.metrics import CoordinatorMetrics
-from ferry.zk import close_within, make_client
+from ferry.zk import CLOSE_S, close_within, make_client
 from ferry.zk import start as zk_start
 
 _log = log.get_logger(__name__)
-ZK_CLOSE_S = 5.0
-"""How long stopping waits for the ZooKeeper client to close (it may never, with ZooKeeper gone)."""
 
 
 def main(settings: Settings) -> int:
@@ -58,7 +56,7 @@ async def serve(settings: Settings) -> int:
     if stop.is_set():  # asked to stop while still waiting for ZooKeeper
         waiting.set()
         stopped.cancel()
-        await asyncio.to_thread(close_within, zk, ZK_CLOSE_S)
+        await asyncio.to_thread(close_within, zk)
         await http.cleanup()
         _log.info("coordinator.stopped", coordinator=coordinator_id, connected=False)
         return 0
@@ -85,8 +83,8 @@ async def serve(settings: Settings) -> int:
         leader._dirty.set()
         election.cancel()
         await asyncio.to_thread(thread.join, 10)
-        if not await asyncio.to_thread(close_within, zk, ZK_CLOSE_S):
-            _log.warning("coordinator.zk_close_timeout", seconds=ZK_CLOSE_S)  # its session expires on the server
+        if not await asyncio.to_thread(close_within, zk):
+            _log.warning("coordinator.zk_close_timeout", seconds=CLOSE_S)  # its session expires on the server
         catalog.close()
         await http.cleanup()
         _log.info("coordinator.stopped", coordinator=coordinator_id)

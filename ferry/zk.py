@@ -61,7 +61,11 @@ def start(
     return False
 
 
-def close_within(client: KazooClient, timeout_s: float) -> bool:
+CLOSE_S = 5.0
+"""How long stopping waits for a ZooKeeper client to close (it may never, with ZooKeeper gone)."""
+
+
+def close_within(client: KazooClient, timeout_s: float = CLOSE_S) -> bool:
     """Blocking: stop and close ``client``, waiting at most ``timeout_s``. A client that cannot reach
     ZooKeeper may never finish stopping; it is left to a daemon thread, so that the process can
     still exit (its session, and every ephemeral node of it, expires on the server). True when it

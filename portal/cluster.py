@@ -29,7 +29,6 @@ from ferry.zk import close_within, make_client
 from ferry.zk import start as zk_start
 
 SCAN_TIMEOUT_S = 10.0
-ZK_CLOSE_S = 5.0
 HINT_TIMEOUT_S = 3.0
 """A partition end read from a hint that gives nothing for this long is read from its beginning."""
 
@@ -80,7 +79,7 @@ class Cluster:
         zk_start(self.zk, self.settings)
 
     def stop(self) -> None:
-        close_within(self.zk, ZK_CLOSE_S)  # with ZooKeeper gone, stopping must still end
+        close_within(self.zk)  # with ZooKeeper gone, stopping must still end
 
     # --- ZooKeeper -----------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ferry.coordinator.service import ZK_CLOSE_S
 from ferry.devstack import embedded
+from ferry.zk import CLOSE_S
 from tests.support.cluster import Cluster
 from tests.support.wait import until
 
@@ -34,7 +34,7 @@ def test_coordinator_sigterm_with_zookeeper_gone_exits_within_the_bound(tmp_path
         assert coord.proc is not None
         coord.proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        bound_s = ELECTION_JOIN_S + ZK_CLOSE_S + SLACK_S
+        bound_s = ELECTION_JOIN_S + CLOSE_S + SLACK_S
         until(lambda: coord.proc.poll() is not None, timeout_s=bound_s, what="the coordinator to exit after SIGTERM")
         print(f"SIGTERM with ZooKeeper gone: exited in {time.monotonic() - sent:.1f} s (bound {bound_s} s)")
         assert coord.proc.returncode == 0, coord.log_tail()
