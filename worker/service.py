@@ -90,7 +90,7 @@ def _drain(pool: ThreadPoolExecutor, timeout_s: float) -> int:
     return sum(t.is_alive() for t in threads)
 
 
-async def serve(settings: Settings, assignment_file: str | None = None, pool: ThreadPoolExecutor | None = None) -> int:
+async def serve(settings: Settings, assignment_file: str | None, pool: ThreadPoolExecutor) -> int:
     worker_id = settings.worker.resolved_id()
     engine = Engine(settings, worker_id)
     stop = asyncio.Event()
@@ -98,7 +98,7 @@ async def serve(settings: Settings, assignment_file: str | None = None, pool: Th
     # Blocking Kafka reads (restores, start offsets: up to 30 s each), group commits and ZooKeeper
     # calls all run in threads; the default pool (cores + 4 threads) let a few slow reads hold up
     # the ZooKeeper calls of a handoff.
-    loop.set_default_executor(pool or ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="ferry-io"))
+    loop.set_default_executor(pool)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     source_ready = asyncio.Event()
