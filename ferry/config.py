@@ -270,7 +270,8 @@ class PortalSettings:
     """Largest request body the portal's and the gateway's APIs accept."""
     history_interval_ms: int = setting("FERRY_PORTAL_HISTORY_INTERVAL_MS", 10_000)
     """How often the portal samples every subscription's lag, delivery, retry and dead-letter
-    rates for its health badges and charts; it keeps the last hour of samples in memory."""
+    rates for its health badges and charts; the last hour of samples is kept in the metadata
+    database, shared by every portal replica (give them all the same value)."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The metadata database (SQLAlchemy 2): subscriptions, API tokens, audit log.
+"""The metadata database (SQLAlchemy 2): subscriptions, API tokens, audit log, the portal's history.
 
 Used by the portal (reads and writes) and the coordinator (reads subscriptions, cached, so a
 database outage never stops delivery). Workers never touch it: the coordinator publishes what
@@ -176,6 +176,45 @@ class AuditEntry(Base):
     detail: Mapped[dict[str, Any]] = mapped_column(sa.JSON)
 
 
+class HistorySample(Base):
+    """One sample of the portal's history (:mod:`ferry.portal.history_store`): the portal replica
+    that inserts a bucket's row takes that sample; the others skip it."""
+
+    __tablename__ = "history_samples"
+
+    bucket: Mapped[int] = mapped_column(sa.BigInteger, primary_key=True, autoincrement=False)
+    """``t_ms // FERRY_PORTAL_HISTORY_INTERVAL_MS``."""
+    t_ms: Mapped[int] = mapped_column(sa.BigInteger, index=True)
+    taken_by: Mapped[str] = mapped_column(sa.String(255))
+
+
+class HistoryPoint(Base):
+    """A subscription's total (``kafka_partition`` -1, ``topic`` empty) or one partition's point
+    in a sample, with the partition owner's counters the next sample is measured against."""
+
+    __tablename__ = "history_points"
+    __table_args__ = (sa.Index("ix_history_points_subscription_t_ms", "subscription", "t_ms"),)
+
+    id: Mapped[int] = mapped_column(sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True)
+    bucket: Mapped[int] = mapped_column(sa.BigInteger, index=True)
+    t_ms: Mapped[int] = mapped_column(sa.BigInteger, index=True)
+    subscription: Mapped[str] = mapped_column(sa.String(63))
+    cluster: Mapped[str] = mapped_column(sa.String(64))
+    topic: Mapped[str] = mapped_column(sa.String(249))
+    kafka_partition: Mapped[int] = mapped_column(sa.Integer)
+    lag_records: Mapped[int] = mapped_column(sa.BigInteger)
+    delivered: Mapped[int] = mapped_column(sa.BigInteger)
+    retried: Mapped[int] = mapped_column(sa.BigInteger)
+    dead_lettered: Mapped[int] = mapped_column(sa.BigInteger)
+    stalled_s: Mapped[float] = mapped_column(sa.Float)
+    interval_s: Mapped[float] = mapped_column(sa.Float)
+    worker: Mapped[str | None] = mapped_column(sa.String(255), nullable=True)
+    epoch: Mapped[int | None] = mapped_column(sa.BigInteger, nullable=True)
+    owner_delivered: Mapped[int | None] = mapped_column(sa.BigInteger, nullable=True)
+    owner_retried: Mapped[int | None] = mapped_column(sa.BigInteger, nullable=True)
+    owner_dead_lettered: Mapped[int | None] = mapped_column(sa.BigInteger, nullable=True)
+
+
 # --- connections ---------------------------------------------------------------------------
 
 
@@ -213,7 +252,7 @@ def session(engine: Engine) -> Iterator[Session]:
 # --- subscriptions -------------------------------------------------------------------------
 
 
-SCHEMA_REVISION = "0008"
+SCHEMA_REVISION = "0009"
 """The migration this code expects (``ferry migrate`` applies it; tests/unit/test_layering.py keeps
 it equal to the newest file in migrations/versions)."""
 
@@ -310,3 +349,8 @@ def audit(s: Session, actor: str, action: str, target: str, detail: dict[str, An
 
 def recent_audit(s: Session, limit: int = 100) -> Sequence[AuditEntry]:
     return s.scalars(sa.select(AuditEntry).order_by(AuditEntry.id.desc()).limit(limit)).all()
+
+
+def forget_history(s: Session, subscription: str) -> None:
+    """A deleted subscription's history goes with it (a new one of the same name starts empty)."""
+    s.execute(sa.delete(HistoryPoint).where(HistoryPoint.subscription == subscription))

@@ -1,16 +1,17 @@
 """Health at a glance (docs/api.md, "Health and history"): a badge and the current figures per
-subscription, and the last hour of a subscription's lag and rates, from the portal's own samples
-(:mod:`ferry.portal.history`)."""
+subscription, and the last hour of a subscription's lag and rates, from the portal's samples
+(:mod:`ferry.portal.history`, kept by :mod:`ferry.portal.history_store`)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from aiohttp import web
 
 from ferry import db
-from ferry.portal.history import HISTORY_S
+from ferry.portal.history import HISTORY_S, health
 from ferry.portal.http import ENGINE, HISTORY, OPS
 
 
@@ -19,28 +20,27 @@ def _now_ms() -> int:
 
 
 async def overview(request: web.Request) -> web.Response:
-    subs = await asyncio.to_thread(db.load_subscriptions, request.app[ENGINE])
     history = request.app[HISTORY]
-    now = _now_ms()
-    return web.json_response(
-        {
-            "interval_s": history.interval_s,
-            "subscriptions": [history.summary(s.name, s.state, now) for s in subs],
-        }
-    )
+
+    def read() -> list[dict[str, Any]]:
+        subs = db.load_subscriptions(request.app[ENGINE])
+        return history.summaries([(s.name, s.state) for s in subs], _now_ms())
+
+    return web.json_response({"interval_s": history.interval_s, "subscriptions": await asyncio.to_thread(read)})
 
 
 async def subscription_history(request: web.Request) -> web.Response:
     sub = await asyncio.to_thread(request.app[OPS].subscription, request.match_info["name"])
     history = request.app[HISTORY]
-    parts = history.partitions(sub.name)
+    now = _now_ms()
+    points, parts = await asyncio.to_thread(lambda: (history.points(sub.name, now), history.partitions(sub.name, now)))
     return web.json_response(
         {
             "name": sub.name,
             "interval_s": history.interval_s,
             "span_s": HISTORY_S,
-            "health": history.summary(sub.name, sub.state, _now_ms())["health"],
-            "points": [p.doc() for p in history.points(sub.name)],
+            "health": health(sub.state, points, now),
+            "points": [p.doc() for p in points],
             "partitions": [
                 {
                     "topic": ref.topic,

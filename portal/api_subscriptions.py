@@ -131,6 +131,7 @@ async def delete(request: web.Request) -> web.Response:
     def remove() -> None:
         with db.session(request.app[ENGINE]) as s:
             s.delete(load(s, name))
+            db.forget_history(s, name)
             db.audit(s, actor(request), "subscription.delete", name, {})
 
     await asyncio.to_thread(remove)

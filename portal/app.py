@@ -6,6 +6,8 @@ Blocking work (database, ZooKeeper, Kafka) runs in threads so one slow call neve
 from __future__ import annotations
 
 import asyncio
+import random
+import socket
 import time
 from typing import Any
 
@@ -16,7 +18,7 @@ from ferry import db, log
 from ferry.config import Settings
 from ferry.portal import api_admin, api_health, api_internal, api_ops, api_subscriptions, auth, openapi, ui
 from ferry.portal.cluster import Cluster
-from ferry.portal.history import History
+from ferry.portal.history_store import HistoryStore
 from ferry.portal.http import (
     CLUSTER,
     ENGINE,
@@ -38,22 +40,29 @@ _log = log.get_logger(__name__)
 
 
 async def sample_history(app: web.Application) -> None:
-    """Every history interval: what the workers report, into the history (the health badges and
-    charts). A failed sample is a gap in the charts, logged once until sampling works again."""
+    """In every history interval: what the workers report, into the history (the health badges
+    and charts), unless another portal replica took this interval's sample. A failed sample is a
+    gap in the charts, logged once until sampling works again."""
     history, cluster = app[HISTORY], app[CLUSTER]
     failing = False
     while True:
+        await asyncio.sleep(history.seconds_to_next_bucket(_now_ms()) + random.uniform(0, history.interval_s / 10))
+        now_ms = _now_ms()
         try:
-            stats = await asyncio.to_thread(cluster.worker_stats)
-            history.observe(int(time.time() * 1000), stats)
+            if not await asyncio.to_thread(history.taken, now_ms):
+                stats = await asyncio.to_thread(cluster.worker_stats)
+                await asyncio.to_thread(history.record, now_ms, stats)
             if failing:
                 _log.info("portal.history_sampling_resumed")
             failing = False
-        except Exception as exc:  # ZooKeeper away: a gap in the charts, not a crash
+        except Exception as exc:  # ZooKeeper or the database away: a gap in the charts, not a crash
             if not failing:
-                _log.warning("portal.history_sample_failed", error=str(exc))
+                _log.warning("portal.history_sample_failed", error=str(exc)[:300])
             failing = True
-        await asyncio.sleep(history.interval_s)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Application:
@@ -66,7 +75,8 @@ def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Applic
     app[CLUSTER] = cluster or Cluster(settings)
     app[OPS] = Operations(app[ENGINE], app[CLUSTER])
     app[LOGINS] = auth.FailedLogins()
-    app[HISTORY] = History(settings.portal.history_interval_ms / 1000)
+    replica = f"{socket.gethostname()}:{settings.portal.port}"
+    app[HISTORY] = HistoryStore(app[ENGINE], settings.portal.history_interval_ms / 1000, replica)
     registry = CollectorRegistry()
     app[METRICS] = {
         "registry": registry,

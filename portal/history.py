@@ -4,13 +4,16 @@ Use case: the portal's list shows, per subscription, whether it is fine, behind,
 and its page draws lag and throughput over the last hour — charts that survive a reload, because
 the portal keeps the points, not the browser. The portal samples what the workers publish about
 their partitions (``/ferry/<cluster>/stats/<worker>``: committed, high watermark, counters, the
-watermark stall) every ``FERRY_PORTAL_HISTORY_INTERVAL_MS`` and feeds it to :class:`History`.
+watermark stall) every ``FERRY_PORTAL_HISTORY_INTERVAL_MS``; :func:`step` turns one such report
+into a :class:`Sample`, measured against the previous sample's :class:`Baseline`
+(:mod:`ferry.portal.history_store` keeps the samples in the metadata database, so every portal
+replica answers from the same history and a restarted portal keeps it).
 
 Counters are a partition owner's own (they start at 0 when a worker takes a partition over): a
-rate is the counter's growth since the previous sample of the same owner. A partition that
-appears after the first sample was taken over since the previous one, so all its counts are new;
-in the very first sample counters only set the baseline (no spike for what a worker counted
-before the portal started).
+rate is the counter's growth since the previous sample of the same owner. A partition missing
+from the previous sample was taken over since, so all its counts are new; in a sample with no
+previous one counters only set the baseline (no spike for what a worker counted before the portal
+started).
 
 Health, from the points of the last :data:`WINDOW_S` seconds (first match wins):
 
@@ -28,9 +31,7 @@ Pure: the caller passes the time and the workers' figures; no I/O.
 
 from __future__ import annotations
 
-import math
-from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,19 +60,19 @@ class Point:
     retried: int
     dead_lettered: int
     stalled_s: float
-    interval_s: float
+    interval_s: float  # 0 in a baseline sample (its counts are 0)
 
     @property
     def delivered_per_s(self) -> float:
-        return self.delivered / self.interval_s
+        return self.delivered / self.interval_s if self.interval_s else 0.0
 
     @property
     def retried_per_s(self) -> float:
-        return self.retried / self.interval_s
+        return self.retried / self.interval_s if self.interval_s else 0.0
 
     @property
     def dead_lettered_per_s(self) -> float:
-        return self.dead_lettered / self.interval_s
+        return self.dead_lettered / self.interval_s if self.interval_s else 0.0
 
     def doc(self) -> dict[str, Any]:
         return {
@@ -84,101 +85,113 @@ class Point:
         }
 
 
-@dataclass
-class _Seen:
-    owner: tuple[str, int]  # (worker, epoch)
-    counters: tuple[int, int, int]  # delivered, retried, dead-lettered, as that owner counts them
+@dataclass(frozen=True)
+class Seen:
+    """A partition's owner at a sample, and its counters as that owner counts them."""
+
+    worker: str
+    epoch: int
+    delivered: int
+    retried: int
+    dead_lettered: int
+
+    def counters(self) -> tuple[int, int, int]:
+        return (self.delivered, self.retried, self.dead_lettered)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What a sample is measured against: the previous sample's time and owners' counters."""
+
+    t_ms: int
+    seen: Mapping[PartitionRef, Seen]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One sample: each partition's point and owner, each subscription's total."""
+
+    t_ms: int
+    partitions: dict[PartitionRef, tuple[Point, Seen]]
+    totals: dict[str, Point]
+
+    def baseline(self) -> Baseline:
+        return Baseline(self.t_ms, {ref: seen for ref, (_, seen) in self.partitions.items()})
 
 
 def _int(v: Any) -> int:
     return int(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0
 
 
-class History:
-    """Points per subscription and per partition, the last hour of them."""
+def step(previous: Baseline | None, now_ms: int, stats: Mapping[PartitionRef, Mapping[str, Any]]) -> Sample:
+    """The sample of ``stats`` (every partition a worker reports: ``worker_stats()`` of the
+    portal's cluster), measured against the previous sample. With no previous sample, or one
+    older than :data:`HISTORY_S`, counters only set the baseline."""
+    if previous is not None and now_ms - previous.t_ms > HISTORY_S * 1000:
+        previous = None
+    dt_s = max((now_ms - previous.t_ms) / 1000, 1e-3) if previous is not None else 0.0
+    partitions: dict[PartitionRef, tuple[Point, Seen]] = {}
+    per_sub: dict[str, list[Point]] = {}
+    for ref, st in stats.items():
+        if ref.subscription.startswith(INTERNAL_PREFIX):
+            continue
+        seen = Seen(
+            str(st.get("worker", "")),
+            _int(st.get("epoch")),
+            _int(st.get("delivered")),
+            _int(st.get("retried")),
+            _int(st.get("dead_lettered")),
+        )
+        counters = seen.counters()
+        prev = previous.seen.get(ref) if previous is not None else None
+        if previous is None:
+            grown = (0, 0, 0)
+        elif prev is None:
+            grown = counters  # taken over since the last sample: all its counts are new
+        elif (prev.worker, prev.epoch) != (seen.worker, seen.epoch) or any(
+            c < p for c, p in zip(counters, prev.counters(), strict=True)
+        ):
+            grown = counters  # a new owner counts from 0 since it took over
+        else:
+            grown = tuple(c - p for c, p in zip(counters, prev.counters(), strict=True))  # type: ignore[assignment]
+        point = Point(now_ms, _int(st.get("lag")), *grown, float(st.get("stalled_s") or 0.0), dt_s)
+        partitions[ref] = (point, seen)
+        per_sub.setdefault(ref.subscription, []).append(point)
+    totals = {
+        name: Point(
+            now_ms,
+            sum(p.lag for p in points),
+            sum(p.delivered for p in points),
+            sum(p.retried for p in points),
+            sum(p.dead_lettered for p in points),
+            max(p.stalled_s for p in points),
+            dt_s,
+        )
+        for name, points in per_sub.items()
+    }
+    return Sample(now_ms, partitions, totals)
 
-    def __init__(self, interval_s: float) -> None:
-        self.interval_s = interval_s
-        self.capacity = max(2, math.ceil(HISTORY_S / interval_s))
-        self._subs: dict[str, deque[Point]] = {}
-        self._parts: dict[PartitionRef, deque[Point]] = {}
-        self._seen: dict[PartitionRef, _Seen] = {}
-        self._last_t_ms: int | None = None
 
-    def observe(self, now_ms: int, stats: Mapping[PartitionRef, Mapping[str, Any]]) -> None:
-        """One sample: every partition a worker reports (``worker_stats()`` of the portal's cluster)."""
-        first_sample = self._last_t_ms is None
-        dt_s = (now_ms - self._last_t_ms) / 1000 if self._last_t_ms is not None else self.interval_s
-        dt_s = max(dt_s, 1e-3)
-        self._last_t_ms = now_ms
-        per_sub: dict[str, list[Point]] = {}
-        for ref, st in stats.items():
-            if ref.subscription.startswith(INTERNAL_PREFIX):
-                continue
-            counters = (_int(st.get("delivered")), _int(st.get("retried")), _int(st.get("dead_lettered")))
-            owner = (str(st.get("worker", "")), _int(st.get("epoch")))
-            prev = self._seen.get(ref)
-            if prev is None:
-                grown = (0, 0, 0) if first_sample else counters  # taken over since the last sample
-            elif prev.owner != owner or any(c < p for c, p in zip(counters, prev.counters, strict=True)):
-                grown = counters  # a new owner counts from 0 since it took over
-            else:
-                grown = tuple(c - p for c, p in zip(counters, prev.counters, strict=True))  # type: ignore[assignment]
-            self._seen[ref] = _Seen(owner, counters)
-            point = Point(now_ms, _int(st.get("lag")), *grown, float(st.get("stalled_s") or 0.0), dt_s)
-            self._append(self._parts, ref, point)
-            per_sub.setdefault(ref.subscription, []).append(point)
-        for name, points in per_sub.items():
-            total = Point(
-                now_ms,
-                sum(p.lag for p in points),
-                sum(p.delivered for p in points),
-                sum(p.retried for p in points),
-                sum(p.dead_lettered for p in points),
-                max(p.stalled_s for p in points),
-                dt_s,
-            )
-            self._append(self._subs, name, total)
-        for ref in [r for r in self._seen if r not in stats]:  # released and not yet taken: forget the owner
-            del self._seen[ref]
-
-    def _append(self, table: dict[Any, deque[Point]], key: Any, point: Point) -> None:
-        ring = table.get(key)
-        if ring is None:
-            ring = table[key] = deque(maxlen=self.capacity)
-        ring.append(point)
-
-    def points(self, subscription: str) -> list[Point]:
-        return list(self._subs.get(subscription, ()))
-
-    def partitions(self, subscription: str) -> dict[PartitionRef, list[Point]]:
-        return {ref: list(ring) for ref, ring in self._parts.items() if ref.subscription == subscription}
-
-    def forget(self, keep: Iterable[str]) -> None:
-        """Drop the history of subscriptions that no longer exist."""
-        alive = set(keep)
-        for name in [n for n in self._subs if n not in alive]:
-            del self._subs[name]
-        for ref in [r for r in self._parts if r.subscription not in alive]:
-            del self._parts[ref]
-
-    def summary(self, subscription: str, state: str, now_ms: int) -> dict[str, Any]:
-        """The list's row: health, and the figures it was judged on."""
-        pts = self.points(subscription)
-        recent = [p for p in pts if now_ms - p.t_ms <= WINDOW_S * 1000]
-        last = pts[-1] if pts and now_ms - pts[-1].t_ms <= 3 * self.interval_s * 1000 else None
-        return {
-            "name": subscription,
-            "state": state,
-            "health": health(state, pts, now_ms),
-            "lag": last.lag if last else None,
-            "delivered_per_s": round(last.delivered_per_s, 2) if last else None,
-            "retried_per_s": round(last.retried_per_s, 2) if last else None,
-            "dead_lettered_per_s": round(last.dead_lettered_per_s, 2) if last else None,
-            "dead_lettered_1h": sum(p.dead_lettered for p in pts),
-            "dead_lettered_1m": sum(p.dead_lettered for p in recent),
-            "stalled_s": last.stalled_s if last else None,
-        }
+def summary(
+    subscription: str, state: str, points: list[Point], dead_lettered_1h: int, interval_s: float, now_ms: int
+) -> dict[str, Any]:
+    """The list's row: health, and the figures it was judged on. ``points`` are the
+    subscription's totals, oldest first, reaching back at least :data:`WINDOW_S` and three
+    intervals; ``dead_lettered_1h`` sums the last :data:`HISTORY_S`."""
+    recent = [p for p in points if now_ms - p.t_ms <= WINDOW_S * 1000]
+    last = points[-1] if points and now_ms - points[-1].t_ms <= 3 * interval_s * 1000 else None
+    return {
+        "name": subscription,
+        "state": state,
+        "health": health(state, points, now_ms),
+        "lag": last.lag if last else None,
+        "delivered_per_s": round(last.delivered_per_s, 2) if last else None,
+        "retried_per_s": round(last.retried_per_s, 2) if last else None,
+        "dead_lettered_per_s": round(last.dead_lettered_per_s, 2) if last else None,
+        "dead_lettered_1h": dead_lettered_1h,
+        "dead_lettered_1m": sum(p.dead_lettered for p in recent),
+        "stalled_s": last.stalled_s if last else None,
+    }
 
 
 def health(state: str, points: list[Point], now_ms: int) -> str:

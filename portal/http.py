@@ -25,7 +25,7 @@ from ferry.config import Settings
 from ferry.errors import FerryError, ValidationError
 from ferry.portal import auth, csrf
 from ferry.portal.cluster import Cluster
-from ferry.portal.history import History
+from ferry.portal.history_store import HistoryStore
 from ferry.portal.ops import Operations, OpError
 
 _log = log.get_logger(__name__)
@@ -38,7 +38,7 @@ OPS = web.AppKey("operations", Operations)
 METRICS = web.AppKey("metrics", dict)
 PRINCIPAL = web.RequestKey("principal", auth.Principal)
 LOGINS = web.AppKey("failed-logins", auth.FailedLogins)
-HISTORY = web.AppKey("history", History)
+HISTORY = web.AppKey("history", HistoryStore)
 
 SECURITY_HEADERS = {
     "Content-Security-Policy": (

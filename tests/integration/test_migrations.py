@@ -28,12 +28,13 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_upgrade_is_idempotent_and_matches_models(db_url: str) -> None:
     runner.upgrade(db_url)
     runner.upgrade(db_url)
-    assert runner.current(db_url) == "0008"
+    assert runner.current(db_url) == db.SCHEMA_REVISION
     runner.check(db_url)  # alembic check: autogenerate finds no drift
     engine = db.make_engine(db_url)
     try:
         tables = set(sa.inspect(engine).get_table_names())
-        assert {"subscriptions", "api_tokens", "audit_log", "alembic_version"} <= tables
+        expected = {"subscriptions", "api_tokens", "audit_log", "history_samples", "history_points", "alembic_version"}
+        assert expected <= tables
     finally:
         engine.dispose()
 
@@ -84,7 +85,7 @@ def test_ferry_migrate_command(tmp_path: Path) -> None:
         [sys.executable, "-m", "ferry.cli", "migrate"], env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
-    assert runner.current(url) == "0008"
+    assert runner.current(url) == db.SCHEMA_REVISION
 
 
 def test_unreachable_database_is_a_clear_error() -> None:
@@ -130,7 +131,7 @@ def test_0002_keeps_existing_subscriptions_single_record(empty_db_url: str) -> N
                 )
             )
         runner.upgrade(db_url)
-        assert runner.current(db_url) == "0008"
+        assert runner.current(db_url) == db.SCHEMA_REVISION
         (old,) = db.load_subscriptions(engine)
         assert old.name == "old" and old.batch is None
     finally:
@@ -150,7 +151,7 @@ def test_0003_keeps_existing_tokens_and_adds_produce_topics(empty_db_url: str) -
                 {"h": db.hash_token("fy_old")},
             )
         runner.upgrade(empty_db_url)
-        assert runner.current(empty_db_url) == "0008"
+        assert runner.current(empty_db_url) == db.SCHEMA_REVISION
         with db.session(engine) as s:
             old = db.find_token(s, "fy_old")
             assert old is not None and old.scope == "read" and old.topics is None

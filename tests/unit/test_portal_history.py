@@ -1,4 +1,6 @@
-"""The portal's history and health badge, as tables of worker reports over (fake) time."""
+"""The portal's history and health badge, as tables of worker reports over (fake) time: samples
+chained as the store chains them (tests/integration/test_portal_history_store.py keeps them in a
+real database)."""
 
 from __future__ import annotations
 
@@ -6,11 +8,33 @@ from typing import Any
 
 import pytest
 
-from ferry.portal.history import LAG_RECORDS, History, health
+from ferry.portal.history import HISTORY_S, LAG_RECORDS, Point, Sample, health, step, summary
 from ferry.subscription import INTERNAL_PREFIX, PartitionRef
 
 A0 = PartitionRef("orders", "t", 0)
 A1 = PartitionRef("orders", "t", 1)
+
+
+class Chain:
+    """Each sample measured against the one before, as the store does."""
+
+    def __init__(self) -> None:
+        self.samples: list[Sample] = []
+
+    def observe(self, now_ms: int, stats: dict[PartitionRef, dict[str, Any]]) -> None:
+        previous = self.samples[-1].baseline() if self.samples else None
+        self.samples.append(step(previous, now_ms, stats))
+
+    def points(self, subscription: str) -> list[Point]:
+        return [s.totals[subscription] for s in self.samples if subscription in s.totals]
+
+    def partitions(self, subscription: str) -> dict[PartitionRef, list[Point]]:
+        out: dict[PartitionRef, list[Point]] = {}
+        for sample in self.samples:
+            for ref, (point, _) in sample.partitions.items():
+                if ref.subscription == subscription:
+                    out.setdefault(ref, []).append(point)
+        return out
 
 
 def report(worker: str = "w1", epoch: int = 1, **figures: Any) -> dict[str, Any]:
@@ -18,7 +42,7 @@ def report(worker: str = "w1", epoch: int = 1, **figures: Any) -> dict[str, Any]
 
 
 def test_the_first_sample_is_a_baseline_then_rates_are_growth_per_second() -> None:
-    h = History(interval_s=10)
+    h = Chain()
     h.observe(0, {A0: report(delivered=5_000), A1: report(delivered=100)})
     h.observe(10_000, {A0: report(delivered=5_200, lag=7), A1: report(delivered=150, lag=3)})
     first, second = h.points("orders")
@@ -28,7 +52,7 @@ def test_the_first_sample_is_a_baseline_then_rates_are_growth_per_second() -> No
 
 
 def test_a_partition_taken_over_between_samples_counts_everything_its_owner_did() -> None:
-    h = History(interval_s=10)
+    h = Chain()
     h.observe(0, {A0: report(delivered=5_000)})
     h.observe(10_000, {A0: report(delivered=5_000), A1: report(retried=40, dead_lettered=20)})
     assert [p.dead_lettered for p in h.partitions("orders")[A1]] == [20]
@@ -45,31 +69,28 @@ def test_a_partition_taken_over_between_samples_counts_everything_its_owner_did(
     ],
 )
 def test_rates_across_owners(before: dict[str, Any], after: dict[str, Any], delivered_per_s: float) -> None:
-    h = History(interval_s=10)
+    h = Chain()
     h.observe(0, {A0: before})
     h.observe(10_000, {A0: after})
     assert h.points("orders")[-1].delivered_per_s == delivered_per_s
 
 
-def test_ferrys_own_work_has_no_history_and_gone_subscriptions_are_forgotten() -> None:
-    h = History(interval_s=10)
+def test_ferrys_own_work_has_no_history() -> None:
+    h = Chain()
     h.observe(0, {PartitionRef(INTERNAL_PREFIX + "delay", "__ferry_delay", 0): report(), A0: report()})
     assert h.points(INTERNAL_PREFIX + "delay") == [] and len(h.points("orders")) == 1
-    h.forget(["billing"])
-    assert h.points("orders") == [] and h.partitions("orders") == {}
 
 
-def test_an_hour_is_kept() -> None:
-    h = History(interval_s=10)
-    for i in range(400):
-        h.observe(i * 10_000, {A0: report(delivered=i)})
-    points = h.points("orders")
-    assert len(points) == 360 and points[0].t_ms == 40 * 10_000
+def test_a_baseline_older_than_the_history_is_no_baseline() -> None:
+    h = Chain()
+    h.observe(0, {A0: report(delivered=100)})
+    h.observe(int(HISTORY_S * 1000) + 1, {A0: report(delivered=5_000)})
+    assert h.points("orders")[-1].delivered == 0 and h.points("orders")[-1].delivered_per_s == 0
 
 
 def _run(samples: list[dict[str, Any]], state: str = "active") -> str:
     """One sample per 10 s of A0's report; the health at the last one."""
-    h = History(interval_s=10)
+    h = Chain()
     for i, figures in enumerate(samples):
         h.observe(i * 10_000, {A0: report(**figures)})
     return health(state, h.points("orders"), (len(samples) - 1) * 10_000)
@@ -125,10 +146,10 @@ def test_health(name: str, samples: list[dict[str, Any]], state: str, expected: 
 
 
 def test_the_summary_shows_the_figures_the_badge_was_judged_on() -> None:
-    h = History(interval_s=10)
+    h = Chain()
     for i in range(7):
         h.observe(i * 10_000, {A0: report(delivered=100 * i, dead_lettered=i, lag=42, stalled_s=3.0)})
-    s = h.summary("orders", "active", 60_000)
+    s = summary("orders", "active", h.points("orders"), 6, 10, 60_000)
     assert s == {
         "name": "orders",
         "state": "active",
@@ -141,4 +162,5 @@ def test_the_summary_shows_the_figures_the_badge_was_judged_on() -> None:
         "dead_lettered_1m": 6,
         "stalled_s": 3.0,
     }
-    assert h.summary("orders", "active", 60_000 + 31_000)["lag"] is None  # no fresh sample: unknown figures
+    stale = summary("orders", "active", h.points("orders"), 6, 10, 60_000 + 31_000)
+    assert stale["lag"] is None  # no fresh sample: unknown figures
