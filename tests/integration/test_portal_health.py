@@ -3,14 +3,20 @@ subscription names a topic that does not exist."""
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import json
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from kazoo.client import KazooClient
 
-from ferry import config
+from ferry import config, zkpaths
 from ferry.migrations import runner
 from ferry.portal.app import create_app
 
@@ -88,3 +94,57 @@ async def test_a_missing_topic_is_warned_about(
         assert bad.status == 400 and "must be a list of topic names" in (await bad.json())["error"]
     finally:
         await client.close()
+
+
+async def test_portal_replicas_share_one_history_and_a_restart_keeps_it(
+    tmp_path: Path, zk_connect: str, kafka_bootstrap: str, cluster_name: str
+) -> None:
+    """Two portals over one database: each interval is sampled once, both answer the same points,
+    and a third portal started later still has them."""
+    url = f"sqlite:///{tmp_path}/shared.db"
+    runner.upgrade(url)
+    env = settings(url, zk_connect, kafka_bootstrap, cluster_name)
+    env = replace(env, portal=replace(env.portal, history_interval_ms=300))
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    zk = KazooClient(hosts=zk_connect)
+    zk.start(timeout=30)
+    stats = zkpaths.worker_stats(cluster_name, "w1")
+    a = TestClient(TestServer(create_app(env)))
+    b = TestClient(TestServer(create_app(env)))
+    await a.start_server()
+    await b.start_server()
+    try:
+        doc = {"name": "shared", "topics": ["t"], "endpoint": {"url": "http://127.0.0.1:9/h"}}
+        assert (await a.post("/api/v1/subscriptions", json=doc, headers=auth)).status == 201
+        delivered = 0
+        zk.create(stats, b"{}", makepath=True)
+        deadline = time.monotonic() + 30
+        while True:  # a worker delivering 100 records per 0.1 s, reported as a worker does
+            delivered += 100
+            part = {"subscription": "shared", "topic": "t", "partition": 0, "epoch": 1, "delivered": delivered}
+            zk.set(stats, json.dumps({"partitions": [{**part, "lag": 3}]}).encode())
+            history = [await (await c.get("/api/v1/subscriptions/shared/history", headers=auth)).json() for c in (a, b)]
+            if len(history[0]["points"]) >= 8 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        assert len(history[0]["points"]) >= 8, history[0]
+        first = history[0]["points"][:7]
+        assert history[1]["points"][:7] == first  # one history, whichever replica answers
+        points = history[0]["points"]
+        gaps = [later["t"] - earlier["t"] for earlier, later in itertools.pairwise(points)]
+        assert all(gap >= 150 for gap in gaps), gaps  # a sample per interval, not one per replica
+        counted = sum(p["delivered_per_s"] * gap / 1000 for p, gap in zip(points[1:], gaps, strict=True))
+        assert 0 < counted <= delivered - 100, (counted, delivered)  # growth since the first sample, never twice
+        assert {p["lag"] for p in points} == {3}
+    finally:
+        await a.close()
+        await b.close()
+        zk.stop()
+        zk.close()
+    c = TestClient(TestServer(create_app(env)))
+    await c.start_server()
+    try:
+        again = await (await c.get("/api/v1/subscriptions/shared/history", headers=auth)).json()
+        assert again["points"][:7] == first
+    finally:
+        await c.close()
