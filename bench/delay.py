@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from confluent_kafka import Message
@@ -65,8 +66,13 @@ def schedule(bootstrap: str, topic: str, target: str, delays_ms: list[int], rate
     return due
 
 
+_reader = ThreadPoolExecutor(1, thread_name_prefix="arrivals")
+
+
 def arrivals(bootstrap: str, target: str, want: int, deadline_s: float) -> dict[bytes, int]:
     """Read the target topic as records arrive until ``want`` are there: value → its timestamp.
+    Runs beside the scheduling, as a consumer of the target would: reading what arrived in one
+    burst once scheduling ends loads the broker and the machine just while records are still due.
     Each read goes on from where the last one ended (reading it all again every second would be
     most of the broker's work)."""
     got: dict[bytes, int] = {}
@@ -113,8 +119,8 @@ def lateness_row(name: str, due: dict[bytes, int], got: dict[bytes, int], extra:
 
 
 def by_delay(delays: list[int], due: dict[bytes, int], got: dict[bytes, int]) -> None:
-    """Where the lateness comes from: p50/p99/max per delay range and per level writes (printed
-    only, to read beside the table)."""
+    """Where the lateness comes from: p50/p99/max per delay range, per level writes and per 20 s of
+    due times (printed only, to read beside the table)."""
     groups: dict[str, list[int]] = {}
     for i, delay_ms in enumerate(delays):
         value = str(i).encode()
@@ -125,6 +131,10 @@ def by_delay(delays: list[int], due: dict[bytes, int], got: dict[bytes, int]) ->
         for key in (f"delay {band}", f"{delay.level_writes(delay_ms)} level writes"):
             groups.setdefault(key, []).append(late)
     first = min(due.values())
+    for i in range(len(delays)):
+        if (value := str(i).encode()) in got:
+            at_s = int((due[value] - first) / 20_000) * 20
+            groups.setdefault(f"due at {at_s:>3}-{at_s + 20} s", []).append(got[value] - due[value])
     late_of = {i: got[v] - due[v] for i in range(len(delays)) if (v := str(i).encode()) in got}
     for i in sorted(late_of, key=late_of.__getitem__, reverse=True)[:5]:
         at_s = (due[str(i).encode()] - first) / 1000
@@ -206,8 +216,9 @@ def main() -> None:
         delays = [rng.randrange(0, int(a.spread_s * 1000) + 1) for _ in range(a.records)]
         cpu0 = cpu_seconds(worker.proc.pid)
         levels0 = sum(_count(bootstrap, t) for t, _, _ in delay.level_topics(DELAY_TOPIC))
+        reading = _reader.submit(arrivals, bootstrap, "bench.delayed", a.records, a.records / a.rate + a.spread_s + 180)
         due = schedule(bootstrap, DELAY_TOPIC, "bench.delayed", delays, a.rate)
-        got = arrivals(bootstrap, "bench.delayed", a.records, a.spread_s + 180)
+        got = reading.result()
         cpu = cpu_seconds(worker.proc.pid) - cpu0
         levels = sum(_count(bootstrap, t) for t, _, _ in delay.level_topics(DELAY_TOPIC)) - levels0
         ferry_cpu = 1000 * cpu / max(1, len(got)) * 1000
@@ -226,8 +237,11 @@ def main() -> None:
                 env={**os.environ, **env},
             )
             try:
+                reading = _reader.submit(
+                    arrivals, bootstrap, "bench.naive", a.records, a.records / a.rate + a.spread_s + 180
+                )
                 due = schedule(bootstrap, "bench.naive.in", "bench.naive", delays, a.rate)
-                got = arrivals(bootstrap, "bench.naive", a.records, a.spread_s + 180)
+                got = reading.result()
             finally:
                 _, _, usage = os.wait4(naive.pid, 0)
             naive_cpu = 1000 * (usage.ru_utime + usage.ru_stime) / max(1, len(got)) * 1000
