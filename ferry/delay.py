@@ -15,16 +15,20 @@ compares the time still to wait, ``remaining = due - now``, with the levels and 
   ``FIRST_LEVEL_MS``);
 - ``wait``: otherwise — write it to the longest level not longer than ``remaining``.
 
-The levels are ``d × 10^k`` milliseconds for ``d`` in 1..9 and ``k`` in 2..9: 100 ms up to
+The levels are ``d × 10^k`` milliseconds for ``d`` in 1..9 and ``k`` in 3..9: 1 s up to
 9 × 10^9 ms (104 days), one topic per decade (``<delay topic>.<decade>``, e.g.
-``__ferry_delay.100ms``) with nine partitions, partition ``d - 1`` holding the level ``d × 10^k``.
+``__ferry_delay.1s``) with nine partitions, partition ``d - 1`` holding the level ``d × 10^k``.
+
+Why the shortest level is a second: a record written to a level must be fetched back before it is
+due, and a fetch under load can take hundreds of milliseconds. A level of 1 s or more leaves the
+fetch that time; the last, shorter remainder waits in memory, where only a timer can make it late.
 A topic per decade lets each decade's retention follow its own delay (a record lives in a level
 topic for at most that level's delay), and nine partitions per decade let the coordinator spread
 the levels over workers like any other partitions.
 
 Rewrites: taking the longest level that fits removes the delay's leading decimal digit (in units of
 ``FIRST_LEVEL_MS``), so a record is written to at most one level per decade below its delay's
-leading digit: ``level_writes(delay)`` ≤ 8 for any delay up to 90 days, ≤ 3 below 100 s, then one
+leading digit: ``level_writes(delay)`` ≤ 7 for any delay up to 90 days, ≤ 2 below 100 s, then one
 write to the target topic. Lateness on the way never makes a record early — each step is decided
 from the real ``now`` — it can only move the remainder under a digit boundary, which the bound
 above already counts (one write per decade at most).
@@ -42,8 +46,8 @@ DELIVER_AT_HEADER = "ferry-deliver-at"
 TARGET_TOPIC_HEADER = "ferry-target-topic"
 ERROR_HEADER = "ferry-error"
 
-FIRST_LEVEL_MS = 100  # the shortest level; shorter remainders wait in memory
-DECADES = tuple(range(2, 10))  # 10^2 ms .. 10^9 ms
+FIRST_LEVEL_MS = 1000  # the shortest level; shorter remainders wait in memory
+DECADES = tuple(range(3, 10))  # 10^3 ms .. 10^9 ms
 MAX_DELAY_MS = 90 * 24 * 3600 * 1000  # the longest delay accepted (docs/contract.md §10)
 LONGEST_LEVEL_MS = 9 * 10**9
 

@@ -26,8 +26,10 @@ DELAY = f"{INTERNAL_PREFIX}delay"
 IN_FLIGHT = 10_000
 """A transaction-log partition's entries wait in flight for their checks: room for many."""
 DELAY_IN_FLIGHT = 1_000
-"""A delay partition's records are in flight only while they are moved (a level admits a record
-when it is nearly due): enough to keep the producer busy, and the memory of a burst bounded."""
+"""A delay partition's records are in flight while they are moved, or held in memory for the last
+second before they are due (a level admits a record when it is nearly due): room for 1,000 records
+due within a second per partition, and the memory of an intake burst bounded (5,000 took the
+worker's RSS from ~200 to ~350 MB while a million records were taken in)."""
 TXN_PARTITIONS = 9
 DELAY_PARTITIONS = 9
 

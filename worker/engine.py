@@ -199,7 +199,7 @@ class Engine:
     def _fetcher_for(self, clients: ClusterClients, tp: TP, internal: bool = False) -> Fetcher:
         """A fetcher not yet reading ``tp``. Ferry's own work (the delay store, the back-checks)
         has fetchers of its own that wait longer for data (``ClusterClients.fetch_config``): its
-        ~90 partitions are idle most of the time, and an empty fetch of all of them every 10 ms
+        ~80 partitions are idle most of the time, and an empty fetch of all of them every 10 ms
         kept a broker core busy."""
         pool = clients.internal_fetchers if internal else clients.fetchers
         for f in pool:

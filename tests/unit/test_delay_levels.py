@@ -16,11 +16,9 @@ DAY = 86_400_000
     ("remaining", "level"),
     [
         (0, None),
-        (99, None),
-        (100, Level(2, 1)),
-        (199, Level(2, 1)),
-        (999, Level(2, 9)),
+        (999, None),
         (1000, Level(3, 1)),
+        (1999, Level(3, 1)),
         (9_999, Level(3, 9)),
         (119_000, Level(5, 1)),
         (3 * 3_600_000, Level(7, 1)),  # 3 h = 10.8e6 ms: the 10^7 ms decade
@@ -43,8 +41,8 @@ def test_level_for_is_the_longest_level_that_fits(remaining: int, level: Level |
         (1000, 1000, ("deliver", None)),
         (1000, 5000, ("deliver", None)),  # late (or a deliver_at in the past): now
         (1001, 1000, ("hold", 1)),
-        (1099, 1000, ("hold", 99)),
-        (1100, 1000, ("wait", Level(2, 1))),
+        (1999, 1000, ("hold", 999)),  # due within a second: in memory
+        (2000, 1000, ("wait", Level(3, 1))),
         (121_000, 2000, ("wait", Level(5, 1))),
     ],
 )
@@ -56,11 +54,11 @@ def test_next_step(due: int, now: int, step: tuple[str, object]) -> None:
     ("delay_ms", "writes"),
     [
         (0, 0),
-        (99, 0),
-        (100, 1),
+        (999, 0),
+        (1000, 1),
         (119_000, 3),  # the seed's example: 100 s, then 10 s, then 9 s
         (60_000, 1),
-        (59_999, 3),  # 50 s, 9 s, 900 ms (the last 99 ms in memory)
+        (59_999, 2),  # 50 s, 9 s (the last 999 ms in memory)
         (3 * 3_600_000, 2),  # 10^7 ms, then 8 × 10^5 ms
         (90 * DAY, 4),  # 7,776,000,000: digits 7, 7, 7, 6
     ],
@@ -73,9 +71,9 @@ def test_level_writes_bound_holds_for_every_delay_up_to_90_days() -> None:
     rng = random.Random(7)
     for _ in range(20_000):
         d = rng.randrange(0, 90 * DAY + 1)
-        assert delay.level_writes(d) <= 8
+        assert delay.level_writes(d) <= 7
         if d < 100_000:
-            assert delay.level_writes(d) <= 3
+            assert delay.level_writes(d) <= 2
 
 
 def test_following_the_steps_never_delivers_early_and_stays_within_the_bound() -> None:
@@ -102,11 +100,10 @@ def test_following_the_steps_never_delivers_early_and_stays_within_the_bound() -
 
 
 def test_levels_layout() -> None:
-    assert len(delay.LEVELS) == 72
+    assert len(delay.LEVELS) == 63
     assert [lv.delay_ms for lv in delay.LEVELS] == sorted(lv.delay_ms for lv in delay.LEVELS)
     topics = delay.level_topics("__ferry_delay")
     assert [t for t, _, _ in topics] == [
-        "__ferry_delay.100ms",
         "__ferry_delay.1s",
         "__ferry_delay.10s",
         "__ferry_delay.100s",
