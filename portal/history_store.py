@@ -26,6 +26,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
 
 from ferry import db
 from ferry.portal.history import HISTORY_S, WINDOW_S, Baseline, Point, Seen, step, summary
@@ -80,7 +81,7 @@ class HistoryStore:
             return False
         return True
 
-    def _baseline(self, s: Any, bucket: int) -> Baseline | None:
+    def _baseline(self, s: Session, bucket: int) -> Baseline | None:
         prev = s.execute(
             sa.select(db.HistorySample.bucket, db.HistorySample.t_ms)
             .where(db.HistorySample.bucket < bucket)
