@@ -131,10 +131,13 @@ async def test_portal_replicas_share_one_history_and_a_restart_keeps_it(
         first = history[0]["points"][:7]
         assert history[1]["points"][:7] == first  # one history, whichever replica answers
         points = history[0]["points"]
+        buckets = [p["t"] // 300 for p in points]
+        assert len(set(buckets)) == len(buckets), buckets  # one sample per interval, not one per replica
         gaps = [later["t"] - earlier["t"] for earlier, later in itertools.pairwise(points)]
-        assert all(gap >= 150 for gap in gaps), gaps  # a sample per interval, not one per replica
         counted = sum(p["delivered_per_s"] * gap / 1000 for p, gap in zip(points[1:], gaps, strict=True))
-        assert 0 < counted <= delivered - 100, (counted, delivered)  # growth since the first sample, never twice
+        # The growth since the first sample (which saw at least 100), never counted twice; the
+        # rates are rounded to 0.01/s.
+        assert 0 < counted <= delivered - 100 + 1, (counted, delivered)
         assert {p["lag"] for p in points} == {3}
     finally:
         await a.close()
