@@ -24,6 +24,7 @@ from typing import Any
 
 from ferry.errors import ValidationError
 from ferry.filters import cesql
+from ferry.filters.attributes import RecordAttributes, reader
 
 ATTRIBUTE_NAME = re.compile(r"[a-z0-9]{1,20}")
 MAX_DEPTH = 16
@@ -101,16 +102,18 @@ def _parse(doc: Any, path: str, used: set[str], depth: int) -> Match:
 
 
 def _string_test(dialect: str, name: str, value: str) -> Match:
+    read = reader(name)  # the worker's record view, without a lookup by name per record
+
     def exact(a: Attributes) -> tuple[bool, bool]:
-        v = a.get(name)
+        v = read(a) if a.__class__ is RecordAttributes else a.get(name)
         return (v is not None and str(v) == value), False
 
     def prefix(a: Attributes) -> tuple[bool, bool]:
-        v = a.get(name)
+        v = read(a) if a.__class__ is RecordAttributes else a.get(name)
         return (v is not None and str(v).startswith(value)), False
 
     def suffix(a: Attributes) -> tuple[bool, bool]:
-        v = a.get(name)
+        v = read(a) if a.__class__ is RecordAttributes else a.get(name)
         return (v is not None and str(v).endswith(value)), False
 
     return {"exact": exact, "prefix": prefix, "suffix": suffix}[dialect]

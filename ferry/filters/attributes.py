@@ -101,6 +101,28 @@ class RecordAttributes(Mapping[str, Any]):
         return sum(1 for _ in self)
 
 
+def reader(name: str) -> Callable[[RecordAttributes], Any]:
+    """``lambda a: a.get(name)`` with the lookups by name done once: for code compiled once per
+    filter and run per record (:mod:`ferry.filters.cesql_codegen`)."""
+    own = _OWN_VALUES.get(name)
+    header = _attribute_name(name)
+
+    def from_header(a: RecordAttributes) -> str | None:
+        raw = a._header(name)
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    if own is None:
+        return from_header if header else lambda a: None
+    if not header or name not in _OWN_MAY_LACK:
+        return own  # a header of the name is never read
+
+    def own_or_header(a: RecordAttributes) -> str | None:
+        v = own(a)
+        return v if v is not None else from_header(a)
+
+    return own_or_header
+
+
 @functools.lru_cache(maxsize=4096)
 def _attribute_name(name: str) -> bool:
     """Whether a header of this name is an attribute (the names a filter reads: few, so kept)."""
@@ -120,6 +142,9 @@ def _datacontenttype(a: RecordAttributes) -> str:
     ct = a._header("content-type")
     return DEFAULT_CONTENT_TYPE if ct is None else ct.decode("utf-8", "replace")
 
+
+_OWN_MAY_LACK = frozenset({"partitionkey"})
+"""The own attributes a record may lack (a header may give them); every other one it always has."""
 
 # attribute name → its value for a record (``None``: the record has none; a header may give it)
 _OWN_VALUES: dict[str, Callable[[RecordAttributes], str | None]] = {

@@ -30,6 +30,7 @@ from typing import Any, cast
 
 from lark import Token, Tree
 
+from ferry.filters.attributes import RecordAttributes, reader
 from ferry.filters.cesql_values import (
     INT_MAX,
     INT_MIN,
@@ -59,21 +60,18 @@ class _Fail(Exception):
 
 def matcher(tree: Tree[Token]) -> Match | None:
     """The verdict function of a parsed expression, or ``None`` when it is too deeply nested."""
-    gen = _Gen()
+    gen, fast = _Gen("_k"), _Gen("_f", fast=True)
     try:
-        root = gen.expr(tree)
-        if root.typ == "bool":
-            body = root.src
-        else:  # only a Boolean passes: a value read from the event is checked, any other type fails
-            body = f"({root.src}) is True" if root.typ == "any" else f"_false({root.src})"
+        body = _verdict(gen.expr(tree))
         lines = ["def _matches(e):", "    try:"]
-        if gen.reads:
-            lines.append("        g = e.get")
+        if gen.reads:  # the worker's record view: each attribute through its own reader
+            fast_body = _verdict(fast.expr(tree))
+            lines += ["        if e.__class__ is _RA:", f"            return {fast_body}, False", "        g = e.get"]
         lines += [f"        return {body}, False", "    except _Fail:", "        return False, True"]
         code = builtins.compile("\n".join(lines) + "\n", "<cesql>", "exec")
     except (RecursionError, MemoryError, SyntaxError):
         return None
-    namespace: dict[str, Any] = {**_HELPERS, **gen.consts}
+    namespace: dict[str, Any] = {**_HELPERS, "_RA": RecordAttributes, **gen.consts, **fast.consts}
     exec(code, namespace)  # noqa: S102 - source generated from the parse tree; literals are repr()s
     return cast(Match, namespace["_matches"])
 
@@ -203,18 +201,40 @@ def _literal(v: Value) -> _Code:
     return _Code(src, type_of(v), (v,))
 
 
+def _verdict(root: _Code) -> str:
+    """Only a Boolean passes: a value read from the event is checked, any other type fails."""
+    if root.typ == "bool":
+        return root.src
+    return f"({root.src}) is True" if root.typ == "any" else f"_false({root.src})"
+
+
 class _Gen:
-    def __init__(self) -> None:
+    """Source for one expression. ``fast``: the event is a :class:`RecordAttributes`, read through
+    one :func:`~ferry.filters.attributes.reader` per attribute name instead of ``e.get(name)``."""
+
+    def __init__(self, prefix: str, fast: bool = False) -> None:
         self.consts: dict[str, Any] = {}
         self.reads = False
+        self._prefix = prefix
+        self._fast = fast
+        self._readers: dict[str, str] = {}
         self._n = 0
+
+    def read(self, name: str) -> str:
+        """Source reading attribute ``name`` (lowercased) of the event ``e``."""
+        if not self._fast:
+            return f"g({name!r})"
+        fn = self._readers.get(name)
+        if fn is None:
+            fn = self._readers[name] = self.const(reader(name))
+        return f"{fn}(e)"
 
     def temp(self) -> str:
         self._n += 1
         return f"v{self._n}"
 
     def const(self, value: Any) -> str:
-        name = f"_k{len(self.consts)}"
+        name = f"{self._prefix}{len(self.consts)}"
         self.consts[name] = value
         return name
 
@@ -229,7 +249,7 @@ class _Gen:
                 return _literal(v).src
         if x.attribute is not None:  # read and cast at once: one class check on the fast path
             t = self.temp()
-            return f"({t} if ({t} := g({x.attribute!r})).__class__ is {kind} else _{kind}({t}))"
+            return f"({t} if ({t} := {self.read(x.attribute)}).__class__ is {kind} else _{kind}({t}))"
         if x.typ == "any":  # pragma: no cover - every value of unknown type is an attribute's
             t = self.temp()
             return f"({t} if ({t} := {x.src}).__class__ is {kind} else _{kind}({t}))"
@@ -251,7 +271,7 @@ class _Gen:
             self.reads = True
             v = self.temp()
             name = str(kids[0]).lower()
-            return _Code(f"({v} if ({v} := g({name!r})).__class__ is str else _attr({v}))", "any", None, name)
+            return _Code(f"({v} if ({v} := {self.read(name)}).__class__ is str else _attr({v}))", "any", None, name)
         if rule == "exists":
             return _Code(f"({str(kids[1]).lower()!r} in e)", "bool")
         if rule == "not_":

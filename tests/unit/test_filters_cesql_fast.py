@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from ferry import filters
 from ferry.filters import cesql, cesql_codegen
 from ferry.filters.attributes import RecordAttributes
 from ferry.filters.cesql import compile
@@ -259,3 +260,60 @@ def test_generated_verdicts_agree_with_the_closure_evaluator() -> None:
             assert expr.matches(event) == expected, (source, event)
             checked += 1
     assert checked == 3000 * len(EVENTS)
+
+
+VIEW_SOURCES = [
+    "region = 'eu'",
+    "kafkapartition < 6",
+    "LENGTH(partitionkey) > 3",
+    "type <> 'x'",
+    "partitionkey = 'hk'",
+    "datacontenttype = 'application/json'",
+    "kafkaoffset = 17",
+    "id LIKE 'orders/%'",
+    "source = '/ferry/default/s'",
+    "time > '2026'",
+    "ferryattempt = 1",
+    "specversion = '1.0'",
+    "kafkapartition = 99",
+    "x = 'y'",
+    "missing = 'x'",
+    "EXISTS region AND UPPER(region) IN ('EU', 'US')",
+    "EXISTS partitionkey OR kafkatopic = 'o.2'",
+]
+VIEW_HEADERS = [
+    ("region", b"eu"),
+    ("Region", b"us"),
+    ("REGION", None),
+    ("partitionkey", b"hk"),
+    ("type", b"t"),
+    ("content-type", b"application/json"),
+    ("x", b"\xff\xfe"),
+    ("kafkapartition", b"99"),
+    ("trace-id", b"abc"),
+]
+
+
+def test_the_record_view_reads_each_attribute_as_its_get_does() -> None:
+    """The generated function reads the worker's record view through one reader per name; on
+    views of every kind (own attributes, headers that shadow none or are shadowed, names in any
+    case, headers without a value, more headers than a scan covers) its verdict is the one the
+    same function gives on a plain dict of the view's attributes, and the closure evaluator's."""
+    rng = random.Random(7)
+    checked = 0
+    for _ in range(400):
+        headers = rng.sample(VIEW_HEADERS, rng.randint(0, len(VIEW_HEADERS)))
+        headers += [(f"pad{i}", b"p") for i in range(rng.choice([0, 0, 9]))]  # beyond the scan: a dict
+        key = rng.choice([None, b"k1", b"customer-12", b"a b/\xff"])
+        view = RecordAttributes(rng.choice(["orders", "o.2"]), rng.randrange(10), 17, key, headers, 0, "default", "s")
+        plain = dict(view)
+        for source in VIEW_SOURCES:
+            expr = compile(source)
+            expected = verdict_of_evaluate(source, view)
+            assert expr.matches(view) == expr.matches(plain) == expected, (source, headers, key)
+            checked += 1
+        for dialect in ("exact", "prefix", "suffix"):  # the dialects read through the same readers
+            for name, value in (("region", "eu"), ("partitionkey", "hk"), ("type", "dev"), ("x", "\ufffd")):
+                f = filters.parse({dialect: {name: value}})
+                assert f.matches(view) == f.matches(plain), (dialect, name, headers, key)
+    assert checked == 400 * len(VIEW_SOURCES)
