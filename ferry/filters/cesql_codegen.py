@@ -12,7 +12,9 @@ and spends nothing on the path without errors that the operand types do not requ
   check; literals are cast once, at compile time, when the cast succeeds (a failing one is left
   to fail at evaluation, where the specification puts it).
 - An attribute is read once per use; a String value, what records carry, takes the fast path
-  (``region = 'eu'`` is one lookup, a class check and ``==``), any other value the full cast.
+  (``region = 'eu'`` is one lookup, a class check and ``==``), any other value the full cast. On
+  the worker's record view the read is a reader made once for the name
+  (:func:`ferry.filters.attributes.reader`), not a lookup by name per record.
 - ``LIKE`` patterns that are a literal, a prefix, a suffix or an infix test become ``==``,
   ``startswith``, ``endswith`` and ``in``; ``IN`` over literals becomes a set lookup.
 
