@@ -327,10 +327,22 @@ class ZkSource:
         ``to_thread`` whose job had not started yet (the executor busy with Kafka reads) would
         never delete it, and an owner node nobody serves stalls P until this worker's session ends.
         The next take of P waits for every give-back under way (:meth:`_given_back`): a late one
-        would otherwise delete the node that take found (ours, same session) and is serving."""
-        # A thread of its own, not the shared pool: with ZooKeeper gone, the pool's threads may all
-        # be held by calls waiting for it (takes under way), and a give-back must still end.
-        job = asyncio.ensure_future(in_daemon_thread(self._drop_owner, ref, name="ferry-zk-give-back"))
+        would otherwise delete the node that take found (ours, same session) and is serving.
+
+        Give-backs of one P run one after another (a cancelled take and a release may both ask):
+        two at once could both read our node, and after the first deleted it and another worker
+        created its own — a new node has version 0 again — the second's delete by version would
+        remove that worker's node while it serves P."""
+        previous = list(self._giving_back.get(ref, ()))
+
+        async def drop() -> None:
+            if previous:
+                await asyncio.gather(*previous, return_exceptions=True)
+            # A thread of its own, not the shared pool: with ZooKeeper gone, the pool's threads may
+            # all be held by calls waiting for it (takes under way), and a give-back must still end.
+            await in_daemon_thread(self._drop_owner, ref, name="ferry-zk-give-back")
+
+        job = asyncio.ensure_future(drop())
         pending = self._giving_back.setdefault(ref, set())
         pending.add(job)
 

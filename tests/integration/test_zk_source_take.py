@@ -113,3 +113,50 @@ async def test_take_cancelled_inside_the_engine_gives_the_owner_node_back(zk_con
             t.cancel()
         await asyncio.to_thread(source.zk.stop)
         await asyncio.to_thread(source.zk.close)
+
+
+async def test_two_give_backs_at_once_never_delete_another_workers_node(zk_connect: str, cluster_name: str) -> None:
+    """A cancelled take and a release both give P back. Had both read our owner node before the
+    first deleted it, the second's delete by version (a new node has version 0 again) would remove
+    the node another worker created in between, while that worker serves P."""
+    from kazoo.client import KazooClient
+
+    settings = config.load(env={"FERRY_ZK_CONNECT": zk_connect, "FERRY_CLUSTER": cluster_name})
+    source = ZkSource(NoEngine(), settings, "w1")  # type: ignore[arg-type]
+    source.loop = asyncio.get_running_loop()
+    other = KazooClient(hosts=zk_connect)
+    await asyncio.to_thread(source.zk.start, 15)
+    await asyncio.to_thread(other.start, 15)
+    ref = PartitionRef("s", "t", 0)
+    owner = zkpaths.owner(cluster_name, *ref)
+    try:
+        assert await asyncio.to_thread(source._try_take, ref) == 1
+        both_read, gets, deletes = threading.Event(), [0], [0]
+        real_get, real_delete = source.zk.get_async, source.zk.delete_async
+
+        def get_async(path: str, *args: Any, **kwargs: Any) -> Any:
+            gets[0] += 1
+            if gets[0] == 2:
+                both_read.set()
+            return real_get(path, *args, **kwargs)
+
+        def delete_async(path: str, version: int = -1) -> Any:
+            deletes[0] += 1
+            if deletes[0] == 1:
+                both_read.wait(1.0)  # let a concurrent give-back read our node too, if there is one
+            done = real_delete(path, version=version)
+            done.get(5)
+            if deletes[0] == 1:  # another worker takes P at once
+                other.create(owner, json.dumps({"worker": "w2", "epoch": 2}).encode(), ephemeral=True)
+            return done
+
+        source.zk.get_async = get_async  # type: ignore[method-assign]
+        source.zk.delete_async = delete_async  # type: ignore[method-assign]
+        await asyncio.gather(source._give_back(ref), source._give_back(ref))
+        stat = await asyncio.to_thread(other.exists, owner)
+        assert stat is not None and stat.ephemeralOwner == other.client_id[0], "w2's owner node was deleted"
+    finally:
+        await asyncio.to_thread(other.stop)
+        await asyncio.to_thread(other.close)
+        await asyncio.to_thread(source.zk.stop)
+        await asyncio.to_thread(source.zk.close)
