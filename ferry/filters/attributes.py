@@ -72,15 +72,8 @@ class RecordAttributes(Mapping[str, Any]):
         return self._header_map.get(name)
 
     def get(self, name: str, default: Any = None) -> Any:
-        own = _OWN_VALUES.get(name)
-        if own is not None:
-            v = own(self)
-            if v is not None:
-                return v
-        raw = self._header(name)
-        if raw is not None and _attribute_name(name):
-            return raw.decode("utf-8", "replace")
-        return default
+        v = reader(name)(self)
+        return default if v is None else v
 
     def __getitem__(self, name: str) -> Any:
         v = self.get(name)
@@ -101,9 +94,11 @@ class RecordAttributes(Mapping[str, Any]):
         return sum(1 for _ in self)
 
 
+@functools.lru_cache(maxsize=4096)
 def reader(name: str) -> Callable[[RecordAttributes], Any]:
-    """``lambda a: a.get(name)`` with the lookups by name done once: for code compiled once per
-    filter and run per record (:mod:`ferry.filters.cesql_codegen`)."""
+    """How to read attribute ``name`` of a record (None: it has none): its own value, else a
+    header's when the name is an attribute name. Made once per name, so code compiled once per
+    filter and run per record (:mod:`ferry.filters.cesql_codegen`) does no lookup by name."""
     own = _OWN_VALUES.get(name)
     header = _attribute_name(name)
 
