@@ -33,7 +33,7 @@ async def subscription_history(request: web.Request) -> web.Response:
     sub = await asyncio.to_thread(request.app[OPS].subscription, request.match_info["name"])
     history = request.app[HISTORY]
     now = _now_ms()
-    points, parts = await asyncio.to_thread(lambda: (history.points(sub.name, now), history.partitions(sub.name, now)))
+    points, parts = await asyncio.to_thread(history.hour, sub.name, now)
     return web.json_response(
         {
             "name": sub.name,

@@ -114,30 +114,31 @@ class HistoryStore:
 
     # --- reading ------------------------------------------------------------------------------
 
+    def hour(self, subscription: str, now_ms: int) -> tuple[list[Point], dict[PartitionRef, list[Point]]]:
+        """The subscription's last hour, oldest first: its totals and each partition's points, in
+        one read."""
+        p = db.HistoryPoint
+        query = (
+            sa.select(p).where(p.subscription == subscription, p.t_ms > now_ms - int(HISTORY_S * 1000)).order_by(p.t_ms)
+        )
+        totals: list[Point] = []
+        partitions: dict[PartitionRef, list[Point]] = {}
+        with db.session(self.engine) as s:
+            for r in s.scalars(query):
+                if r.kafka_partition == TOTAL:
+                    totals.append(_point(r))
+                else:
+                    ref = PartitionRef(r.subscription, r.topic, r.kafka_partition, r.cluster)
+                    partitions.setdefault(ref, []).append(_point(r))
+        return totals, partitions
+
     def points(self, subscription: str, now_ms: int) -> list[Point]:
         """The subscription's totals of the last hour, oldest first."""
-        return [point for _, point in self._read(subscription, now_ms, totals=True)]
+        return self.hour(subscription, now_ms)[0]
 
     def partitions(self, subscription: str, now_ms: int) -> dict[PartitionRef, list[Point]]:
         """Each partition's points of the last hour, oldest first."""
-        out: dict[PartitionRef, list[Point]] = {}
-        for ref, point in self._read(subscription, now_ms, totals=False):
-            out.setdefault(ref, []).append(point)
-        return out
-
-    def _read(self, subscription: str, now_ms: int, *, totals: bool) -> list[tuple[PartitionRef, Point]]:
-        p = db.HistoryPoint
-        which = p.kafka_partition == TOTAL if totals else p.kafka_partition != TOTAL
-        query = (
-            sa.select(p)
-            .where(p.subscription == subscription, p.t_ms > now_ms - int(HISTORY_S * 1000), which)
-            .order_by(p.t_ms)
-        )
-        with db.session(self.engine) as s:
-            return [
-                (PartitionRef(r.subscription, r.topic, r.kafka_partition, r.cluster), _point(r))
-                for r in s.scalars(query)
-            ]
+        return self.hour(subscription, now_ms)[1]
 
     def summaries(self, subscriptions: Sequence[tuple[str, str]], now_ms: int) -> list[dict[str, Any]]:
         """The list's rows for ``(name, state)`` pairs: health and the figures it was judged on."""
