@@ -28,8 +28,7 @@ IN_FLIGHT = 10_000
 DELAY_IN_FLIGHT = 1_000
 """A delay partition's records are in flight while they are moved, or held in memory for the last
 second before they are due (a level admits a record when it is nearly due): room for 1,000 records
-due within a second per partition, and the memory of an intake burst bounded (5,000 took the
-worker's RSS from ~200 to ~350 MB while a million records were taken in)."""
+due within a second per partition, and the memory of an intake burst bounded (docs/design/delay.md)."""
 TXN_PARTITIONS = 9
 DELAY_PARTITIONS = 9
 

@@ -5,18 +5,14 @@ subscription, and the last hour of a subscription's lag and rates, from the port
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from aiohttp import web
 
 from ferry import db
 from ferry.portal.history import HISTORY_S, health
+from ferry.portal.history_store import now_ms
 from ferry.portal.http import ENGINE, HISTORY, OPS
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def overview(request: web.Request) -> web.Response:
@@ -24,7 +20,7 @@ async def overview(request: web.Request) -> web.Response:
 
     def read() -> list[dict[str, Any]]:
         subs = db.load_subscriptions(request.app[ENGINE])
-        return history.summaries([(s.name, s.state) for s in subs], _now_ms())
+        return history.summaries([(s.name, s.state) for s in subs], now_ms())
 
     return web.json_response({"interval_s": history.interval_s, "subscriptions": await asyncio.to_thread(read)})
 
@@ -32,7 +28,7 @@ async def overview(request: web.Request) -> web.Response:
 async def subscription_history(request: web.Request) -> web.Response:
     sub = await asyncio.to_thread(request.app[OPS].subscription, request.match_info["name"])
     history = request.app[HISTORY]
-    now = _now_ms()
+    now = now_ms()
     points, parts = await asyncio.to_thread(history.hour, sub.name, now)
     return web.json_response(
         {

@@ -18,7 +18,7 @@ from ferry import db, log
 from ferry.config import Settings
 from ferry.portal import api_admin, api_health, api_internal, api_ops, api_subscriptions, auth, openapi, ui
 from ferry.portal.cluster import Cluster
-from ferry.portal.history_store import HistoryStore
+from ferry.portal.history_store import HistoryStore, now_ms
 from ferry.portal.http import (
     CLUSTER,
     ENGINE,
@@ -46,12 +46,12 @@ async def sample_history(app: web.Application) -> None:
     history, cluster = app[HISTORY], app[CLUSTER]
     failing = False
     while True:
-        await asyncio.sleep(history.seconds_to_next_bucket(_now_ms()) + random.uniform(0, history.interval_s / 10))
-        now_ms = _now_ms()
+        await asyncio.sleep(history.seconds_to_next_bucket(now_ms()) + random.uniform(0, history.interval_s / 10))
+        at = now_ms()
         try:
-            if not await asyncio.to_thread(history.taken, now_ms):
+            if not await asyncio.to_thread(history.taken, at):
                 stats = await asyncio.to_thread(cluster.worker_stats)
-                await asyncio.to_thread(history.record, now_ms, stats)
+                await asyncio.to_thread(history.record, at, stats)
             if failing:
                 _log.info("portal.history_sampling_resumed")
             failing = False
@@ -59,10 +59,6 @@ async def sample_history(app: web.Application) -> None:
             if not failing:
                 _log.warning("portal.history_sample_failed", error=str(exc)[:300])
             failing = True
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Application:
