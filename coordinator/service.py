@@ -16,7 +16,7 @@ import threading
 
 from kazoo.client import KazooState
 
-from ferry import health, log, zkpaths
+from ferry import health, log, runtime, zkpaths
 from ferry.config import Settings
 from ferry.coordinator.catalog import Catalog
 from ferry.coordinator.leader import Leader
@@ -28,7 +28,7 @@ _log = log.get_logger(__name__)
 
 
 def main(settings: Settings) -> int:
-    return asyncio.run(serve(settings))
+    return runtime.run("coordinator", lambda: serve(settings))
 
 
 async def serve(settings: Settings) -> int:

@@ -15,13 +15,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from ferry import db, log
+from ferry import db, log, runtime
 from ferry.config import Settings
 from ferry.gateway.app import Gateway, create_app
 from ferry.gateway.idempotency import Idempotency
@@ -159,17 +158,16 @@ def build(settings: Settings) -> Gateway:
 
 
 IO_THREADS = 64
+"""Threads for the blocking calls that remain (token lookups, a transaction read from the log
+itself): they must not queue behind each other in the default pool (cores + 4 threads)."""
 
 
 def main(settings: Settings) -> int:
-    return asyncio.run(serve(settings))
+    return runtime.run("gateway", lambda: serve(settings), threads=IO_THREADS)
 
 
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
     loop = asyncio.get_running_loop()
-    # Blocking calls that remain (token lookups, a transaction read from the log itself) must not
-    # queue behind each other in the default pool (cores + 4 threads).
-    loop.set_default_executor(ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="ferry-gw-io"))
     gw = await asyncio.to_thread(build, settings)
     gw.producer.start(loop)
     if gw.idempotency is not None:

@@ -7,7 +7,7 @@ import signal
 
 from aiohttp import web
 
-from ferry import log
+from ferry import log, runtime
 from ferry.config import Settings
 from ferry.errors import ConfigError
 from ferry.portal.app import create_app
@@ -29,7 +29,7 @@ def main(settings: Settings) -> int:
         engine.dispose()
     if problem:
         raise ConfigError("FERRY_DB_URL", problem)
-    return asyncio.run(serve(settings))
+    return runtime.run("portal", lambda: serve(settings))
 
 
 async def serve(settings: Settings) -> int:

@@ -14,30 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import logging
-import os
 import signal
-import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 
-from ferry import health, log
+from ferry import health, log, runtime
 from ferry.config import Settings
 from ferry.worker import native
 from ferry.worker.engine import Engine
 
 _log = log.get_logger(__name__)
 IO_THREADS = 32
-POOL_EXIT_S = 2.0
-"""How long an ending worker waits for blocking calls still under way in its pool."""
-
-
-def _runner() -> asyncio.Runner:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        return asyncio.Runner()
-    return asyncio.Runner(loop_factory=uvloop.new_event_loop)
+"""Threads for blocking calls: restores and start offsets (up to 30 s each), group commits and
+ZooKeeper calls; the default pool (cores + 4) let a few slow reads hold up a handoff's ZooKeeper calls."""
 
 
 def tune_gc() -> None:
@@ -56,49 +43,14 @@ def tune_gc() -> None:
 
 def main(settings: Settings, assignment_file: str | None = None) -> int:
     tune_gc()
-    pool = ThreadPoolExecutor(max_workers=IO_THREADS, thread_name_prefix="ferry-io")
-    runner = _runner()
-    code = 1
-    try:
-        code = runner.run(serve(settings, assignment_file, pool))
-    finally:
-        # The stop was graceful and bounded. A blocking call still running in the pool now waits
-        # for a service that is gone (ZooKeeper or Kafka unreachable) and may never return: closing
-        # the loop and the interpreter would wait for it forever, so the process ends without it.
-        stuck = _drain(pool, POOL_EXIT_S)
-        if stuck:
-            error = sys.exc_info()[1]
-            _log.warning(
-                "worker.exit_abandoning_calls",
-                calls=stuck,
-                hint="ZooKeeper or Kafka unreachable",
-                error=None if error is None else repr(error),
-            )
-            logging.shutdown()
-            os._exit(code)
-        runner.close()
-    return code
+    return runtime.run("worker", lambda: serve(settings, assignment_file), threads=IO_THREADS)
 
 
-def _drain(pool: ThreadPoolExecutor, timeout_s: float) -> int:
-    """Stop ``pool`` and wait up to ``timeout_s`` for its threads; how many are still running."""
-    pool.shutdown(wait=False, cancel_futures=True)
-    deadline = time.monotonic() + timeout_s
-    threads = list(getattr(pool, "_threads", ()))
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    return sum(t.is_alive() for t in threads)
-
-
-async def serve(settings: Settings, assignment_file: str | None, pool: ThreadPoolExecutor) -> int:
+async def serve(settings: Settings, assignment_file: str | None) -> int:
     worker_id = settings.worker.resolved_id()
     engine = Engine(settings, worker_id)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    # Blocking Kafka reads (restores, start offsets: up to 30 s each), group commits and ZooKeeper
-    # calls all run in threads; the default pool (cores + 4 threads) let a few slow reads hold up
-    # the ZooKeeper calls of a handoff.
-    loop.set_default_executor(pool)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     source_ready = asyncio.Event()

@@ -56,21 +56,48 @@ async def test_in_daemon_thread_result_error_and_daemon() -> None:
         await in_daemon_thread(lambda: 1 / 0)
 
 
-def test_an_ending_worker_waits_for_its_pool_only_so_long() -> None:
+def test_an_ending_service_waits_for_its_pool_only_so_long() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from ferry.worker.service import _drain
+    from ferry.runtime import drain
 
     never = threading.Event()
     stuck = ThreadPoolExecutor(max_workers=4)
     stuck.submit(never.wait)  # a call to a ZooKeeper that is gone
     stuck.submit(lambda: None)
     started = time.monotonic()
-    assert _drain(stuck, 0.3) == 1
+    assert drain(stuck, 0.3) == 1
     assert time.monotonic() - started < 2
     never.set()  # let the test's thread go
 
     fine = ThreadPoolExecutor(max_workers=4)
     for _ in range(8):
         fine.submit(time.sleep, 0.01)
-    assert _drain(fine, 5.0) == 0
+    assert drain(fine, 5.0) == 0
+
+
+_STUCK_SERVICE = """
+import asyncio, threading
+from ferry import runtime
+
+async def serve() -> int:
+    loop = asyncio.get_running_loop()
+    loop.run_in_executor(None, threading.Event().wait)  # a call to a server that is gone
+    await asyncio.sleep(0.05)
+    return 3
+
+raise SystemExit(runtime.run("demo", serve, exit_s=0.3))
+"""
+
+
+def test_a_service_with_a_stuck_call_still_exits_with_its_code() -> None:
+    """Closing an event loop waits for every thread of its default executor: without the bound
+    in :func:`ferry.runtime.run` this process would never end."""
+    import subprocess
+    import sys
+
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _STUCK_SERVICE], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 3, done.stderr
+    assert "demo.exit_abandoning_calls" in done.stdout + done.stderr
+    assert time.monotonic() - started < 20
