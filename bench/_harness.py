@@ -129,6 +129,7 @@ def produce_steady(p: Producer, topic: str, rate: float, seconds: float) -> Prod
 
 class Stack:
     def __init__(self, prefix: str = "ferry-bench-", lean_endpoint: bool = False) -> None:
+        embedded.tie_children()  # the broker, workers and endpoint end with the bench, however it ends
         self.tmp = Path(tempfile.mkdtemp(prefix=prefix))
         self._lean = lean_endpoint
         self._procs: list[embedded.ServiceProcess] = []

@@ -246,4 +246,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    embedded.tie_children()  # nothing this run starts outlives it
     main()

@@ -284,4 +284,5 @@ def _count(bootstrap: str, topic: str) -> int:
 
 
 if __name__ == "__main__":
+    embedded.tie_children()  # nothing this run starts outlives it
     main()

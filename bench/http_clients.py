@@ -254,6 +254,7 @@ def main() -> None:
     from bench._harness import http
     from ferry.devstack import embedded
 
+    embedded.tie_children()  # the endpoint ends with the bench, however it ends
     tmp = Path(tempfile.mkdtemp(prefix="ferry-bench-clients-"))
     port = embedded.free_port()
     endpoint = embedded.ServiceProcess(

@@ -46,6 +46,7 @@ from confluent_kafka import Producer
 from bench._endpoint import percentile
 from bench._harness import BENCH, Stack, cpu_seconds, create_topic, produce_steady, steady_rate, sub
 from bench.delivery import produce
+from ferry.devstack import embedded
 from ferry.devstack.embedded import ServiceProcess
 
 NAIVE_IN_FLIGHT = 128
@@ -407,4 +408,5 @@ def table(rows: list[dict[str, Any]], base: bool) -> str:
 
 
 if __name__ == "__main__":
+    embedded.tie_children()  # nothing this run starts outlives it
     main()

@@ -108,4 +108,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    embedded.tie_children()  # nothing this run starts outlives it
     main()

@@ -57,6 +57,19 @@ def _die_with_parent() -> None:
         pass
 
 
+_TIED = False
+
+
+def tie_children() -> None:
+    """From now on, every process this one starts gets SIGTERM when this one dies, however it dies
+    (kill -9 included; Linux), as if started with ``die_with_parent``. For programs whose helpers
+    must never outlive them, such as the benchmarks (an interrupted run must not leave a broker and
+    workers behind to disturb the next measurement). Processes must then be started from the main
+    thread: the kernel's signal follows the thread that started the child."""
+    global _TIED
+    _TIED = True
+
+
 @dataclass
 class ServiceProcess:
     name: str
@@ -72,14 +85,15 @@ class ServiceProcess:
     def start(self) -> ServiceProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
+        tied = self.die_with_parent or _TIED
         self.proc = subprocess.Popen(
             self.argv,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **self.env, **({lifeline.ENV: str(os.getpid())} if self.die_with_parent else {})},
+            env={**os.environ, **self.env, **({lifeline.ENV: str(os.getpid())} if tied else {})},
             start_new_session=True,  # our SIGINT must not reach it before we stop it in order
-            preexec_fn=_die_with_parent if self.die_with_parent else None,
+            preexec_fn=_die_with_parent if tied else None,
         )
         log.close()
         return self

@@ -4,6 +4,8 @@ the child must get SIGTERM, and, if its stop hangs, end after the grace with its
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -81,3 +83,34 @@ def test_a_child_that_stops_on_sigterm_is_not_cut_short(tmp_path: Path) -> None:
 
 def test_a_service_not_started_by_ferry_dev_is_not_watched() -> None:
     assert lifeline.hold({}) is None and lifeline.hold({"FERRY_PARENT_PID": "x"}) is None
+
+
+TIED_PARENT = """
+import sys, time
+from pathlib import Path
+from ferry.devstack import embedded
+embedded.tie_children()
+child = embedded.ServiceProcess("sleeper", [sys.executable, "-c", "import time; time.sleep(120)"], 0, Path(sys.argv[1]))
+print(child.start().proc.pid, flush=True)
+time.sleep(120)  # killed -9 by the test long before
+"""
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_tied_program_leaves_no_child_behind_when_killed(tmp_path: Path, tied: bool) -> None:
+    """What the benchmarks do (``embedded.tie_children``): kill -9 of the bench ends its helpers."""
+    code = TIED_PARENT if tied else TIED_PARENT.replace("embedded.tie_children()", "")
+    parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "child.log")], stdout=subprocess.PIPE)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait(10)
+    try:
+        if tied:
+            until(lambda: gone(child), timeout_s=10, what="the child of a killed tied program to end")
+        else:
+            time.sleep(0.5)  # the control: an untied child lives on
+            assert not gone(child)
+    finally:
+        if not gone(child):
+            os.kill(child, signal.SIGKILL)
