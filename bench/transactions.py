@@ -10,7 +10,7 @@ requests in flight, keep-alive) in this process. Rows, for 1 and for 10 records:
   transaction is both requests, so its latency is their sum.
 
 Printed per row: operations/s (a transaction is one operation), records/s, p50/p99 latency of each
-step, the gateway's CPU per operation; then the cost of a transaction as a ratio to a plain produce
+step, the gateway's and the broker's CPU per operation; then the cost of a transaction as a ratio to a plain produce
 of the same records. Goals (issue #18): a prepare+commit of one record ≤ 3× a plain produce;
 ≥ 5,000 transactions/s per gateway process.
 """
@@ -127,23 +127,35 @@ def main() -> None:
         for per in (1, 10):
             for kind in ("produce", "txn"):
                 asyncio.run(run(base, kind, per, 2, a.concurrency))  # warm-up
-                assert proc.proc is not None
-                cpu0 = cpu_seconds(proc.proc.pid)
+                assert proc.proc is not None and broker.proc is not None
+                cpu0, broker0 = cpu_seconds(proc.proc.pid), cpu_seconds(broker.proc.pid)
                 r = asyncio.run(run(base, kind, per, a.seconds, a.concurrency))
-                cpu = cpu_seconds(proc.proc.pid) - cpu0
+                cpu, broker_cpu = cpu_seconds(proc.proc.pid) - cpu0, cpu_seconds(broker.proc.pid) - broker0
                 r["cpu_ms_per_op"] = 1000 * cpu / max(1, len(r["steps"]["total"]))
+                r["broker_ms_per_op"] = 1000 * broker_cpu / max(1, len(r["steps"]["total"]))
                 rows.append((kind, per, r))
         print(
             f"\nbench.transactions: {a.seconds:g} s per row, {a.concurrency} in flight, one gateway, embedded broker\n"
         )
-        head = ("rec/op", "ops/s", "records/s", "p50 ms", "p99 ms", "prepare p50", "commit p50", "CPU ms/op", "errors")
+        head = (
+            "rec/op",
+            "ops/s",
+            "records/s",
+            "p50 ms",
+            "p99 ms",
+            "prepare p50",
+            "commit p50",
+            "CPU ms/op",
+            "broker ms/op",
+            "errors",
+        )
         print(f"{'kind':8} " + " ".join(f"{h:>11}" for h in head))
         for kind, per, r in rows:
             st = r["steps"]
             print(
                 f"{kind:8} {per:>11} {r['ops']:>11,.0f} {r['ops'] * per:>11,.0f} {pct(st['total'], 0.5):>11.2f} "
                 f"{pct(st['total'], 0.99):>11.2f} {pct(st['prepare'], 0.5):>11.2f} {pct(st['commit'], 0.5):>11.2f} "
-                f"{r['cpu_ms_per_op']:>11.2f} {r['errors']:>11}"
+                f"{r['cpu_ms_per_op']:>11.2f} {r['broker_ms_per_op']:>11.2f} {r['errors']:>11}"
             )
         by = {(k, p): r for k, p, r in rows}
         for per in (1, 10):
@@ -152,6 +164,7 @@ def main() -> None:
             print(
                 f"\n{per} record(s): a transaction costs {pr['ops'] / tx['ops']:.2f}x a plain produce in throughput, "
                 f"{tx['cpu_ms_per_op'] / pr['cpu_ms_per_op']:.2f}x in gateway CPU, "
+                f"{tx['broker_ms_per_op'] / pr['broker_ms_per_op']:.2f}x in broker CPU, "
                 f"{slower:.2f}x in p50 latency"
             )
         print(f"goal: <= 3x for one record, >= 5,000 transactions/s; measured {by[('txn', 1)]['ops']:,.0f}/s")
@@ -165,6 +178,8 @@ def main() -> None:
                 "transaction ÷ produce (throughput)",
                 "prepare p50 ms",
                 "commit p50 ms",
+                "gateway CPU ms: produce · transaction",
+                "broker CPU ms: produce · transaction",
             ],
             [
                 [
@@ -174,6 +189,8 @@ def main() -> None:
                     f"{by[('produce', per)]['ops'] / by[('txn', per)]['ops']:.1f}×",
                     f"{pct(by[('txn', per)]['steps']['prepare'], 0.5):.1f}",
                     f"{pct(by[('txn', per)]['steps']['commit'], 0.5):.1f}",
+                    f"{by[('produce', per)]['cpu_ms_per_op']:.2f} · {by[('txn', per)]['cpu_ms_per_op']:.2f}",
+                    f"{by[('produce', per)]['broker_ms_per_op']:.2f} · {by[('txn', per)]['broker_ms_per_op']:.2f}",
                 ]
                 for per in (1, 10)
             ],
