@@ -21,6 +21,7 @@ NOT_SETTINGS = {
     "FERRY_TEST_KAFKA_BOOTSTRAP": "tests: an outside broker instead of the embedded one",
     "FERRY_SCREENSHOTS": "tests: where the UI test saves its screenshots",
     "FERRY_BENCH_PROFILE": "bench: the profile the scripts run",
+    "FERRY_BENCH_RESULTS": "bench: where a run writes its figures (docs/development.md)",
     "FERRY_CHAOS_ROUNDS": "chaos: rounds per scenario",
     "FERRY_CHAOS_REPORT": "chaos: where the report is written",
 }
