@@ -162,7 +162,8 @@ class KafkaSettings:
     one in each Kafka cluster)."""
     fetch_wait_max_ms: int = setting("FERRY_FETCH_WAIT_MAX_MS", 10)
     """How long the broker may hold a fetch for data: the main latency knob (it bounds idle
-    delivery latency)."""
+    delivery latency, and on a broker that waits it out, a commit's wait for the gateway's view
+    of the transaction log)."""
     delay_topic: str = setting("FERRY_DELAY_TOPIC", "__ferry_delay")
     """Where delayed records wait to be scheduled (plain producers write here with ``ferry-deliver-at``
     and ``ferry-target-topic``; invalid ones go to ``<FERRY_DELAY_TOPIC>.dlq``)."""

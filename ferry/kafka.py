@@ -241,9 +241,10 @@ def read_to_end(
             consumer.close()
 
 
-def reader(client_config: Mapping[str, Any], role: str = "reader") -> Consumer:
+def reader(client_config: Mapping[str, Any], role: str = "reader", fetch_wait_ms: int = 10) -> Consumer:
     """A consumer set up for :func:`read_to_end` (never joins a group; stops at partition EOF).
-    Kept open between reads, it is left unassigned: :data:`IDLE_LOGS` may watch it."""
+    Kept open between reads, it is left unassigned: :data:`IDLE_LOGS` may watch it. A consumer
+    that follows a topic instead passes ``fetch_wait_ms`` (``FERRY_FETCH_WAIT_MAX_MS``)."""
     cfg = dict(client_config)
     cfg.update(
         {
@@ -252,7 +253,7 @@ def reader(client_config: Mapping[str, Any], role: str = "reader") -> Consumer:
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
             "fetch.queue.backoff.ms": 10,
-            "fetch.wait.max.ms": 10,
+            "fetch.wait.max.ms": fetch_wait_ms,
         }
     )
     return consumer(cfg, role)

@@ -34,18 +34,19 @@ _log = log.get_logger(__name__)
 MAX_TRANSACTIONS = 50_000
 MAX_BYTES = 64 * 1024 * 1024
 POLL_S = 0.005
-"""consume() waits this long unless its batch fills: it bounds how late a waiter hears of an entry."""
+"""consume() waits this long unless its batch fills."""
 
 
 class TxnTail:
     """Follows a transaction log topic; ``entries(...)`` gives one transaction's raw entries."""
 
-    def __init__(self, client_config: Mapping[str, Any], topic: str, partitions: int) -> None:
+    def __init__(self, client_config: Mapping[str, Any], topic: str, partitions: int, fetch_wait_ms: int = 10) -> None:
+        """``fetch_wait_ms``: how long the broker may hold a fetch that finds nothing new. Apache
+        Kafka answers a held fetch as soon as an entry arrives, so a long wait only saves empty
+        fetches; a broker that waits it out (the embedded one) adds up to this much to a commit."""
         self.topic = topic
         self._partitions = partitions
-        self._consumer = kafka.reader(
-            {**client_config, "group.id": "ferry.txn-tail", "fetch.wait.max.ms": 5}, "txn-tail"
-        )
+        self._consumer = kafka.reader({**client_config, "group.id": "ferry.txn-tail"}, "txn-tail", fetch_wait_ms)
         self._consumer.assign([TopicPartition(topic, p, OFFSET_END) for p in range(partitions)])
         self._cond = threading.Condition()
         self.start: dict[int, int] = {}

@@ -119,11 +119,14 @@ class TxnLog:
         topic: str = DEFAULT_TOPIC,
         timeout_s: float = 10.0,
         follow: bool = False,
+        follow_wait_ms: int = 10,
     ) -> None:
         """``follow``: keep a live view of the log (:mod:`ferry.txn_tail`) so that reads of
-        transactions prepared since need no read of the log (the gateway's setting)."""
+        transactions prepared since need no read of the log (the gateway's setting); its fetches
+        may wait ``follow_wait_ms`` for new entries."""
         self._config = dict(client_config)
         self._follow = follow
+        self._follow_wait_ms = follow_wait_ms
         self._tail: TxnTail | None = None
         self.topic = topic
         self.timeout_s = timeout_s
@@ -171,7 +174,7 @@ class TxnLog:
         with self._ensured:
             self._partitions = counts[self.topic]
             if self._follow and self._tail is None:
-                self._tail = TxnTail(self._config, self.topic, self._partitions)
+                self._tail = TxnTail(self._config, self.topic, self._partitions, self._follow_wait_ms)
         return self._partitions
 
     def close(self) -> None:

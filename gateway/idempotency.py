@@ -74,8 +74,10 @@ class Idempotency:
         *,
         wait_s: float = 30.0,
         max_entries: int = 1_000_000,
+        fetch_wait_ms: int = 10,
     ) -> None:
         self._config = dict(client_config)
+        self._fetch_wait_ms = fetch_wait_ms  # how long the tail's fetches may wait for new entries
         self.topic = topic
         self.wait_s = wait_s
         self.max_entries = max_entries
@@ -231,7 +233,7 @@ class Idempotency:
             self._entries.popitem(last=False)
 
     def _tail(self) -> None:
-        consumer = kafka.reader(self._config, "gateway-idempotency")
+        consumer = kafka.reader(self._config, "gateway-idempotency", self._fetch_wait_ms)
         consumer.assign([TopicPartition(self.topic, p, o) for p, o in self._positions.items()])
         try:
             while not self._stop.is_set():

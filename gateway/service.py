@@ -140,7 +140,9 @@ def build(settings: Settings) -> Gateway:
         linger_ms=g.linger_ms,
     )
     engine = db.make_engine(settings.database.url)
-    txn_log = TxnLog(kafka_config, topic=settings.kafka.txn_topic, follow=True)
+    # The two live views (transactions, idempotency keys) fetch with the operator's latency knob.
+    wait_ms = settings.kafka.fetch_wait_max_ms
+    txn_log = TxnLog(kafka_config, topic=settings.kafka.txn_topic, follow=True, follow_wait_ms=wait_ms)
 
     async def write(txn_id: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return await txn_log.write_records_async(txn_id, records, g.produce_timeout_ms / 1000)
@@ -149,7 +151,9 @@ def build(settings: Settings) -> Gateway:
         producer=producer,
         topics=TopicCache(kafka_config),
         tokens=TokenCache(engine, settings.portal.admin_token, g.token_cache_ms / 1000),
-        idempotency=Idempotency(kafka_config, settings.kafka.idempotency_topic, wait_s=g.produce_timeout_ms / 1000),
+        idempotency=Idempotency(
+            kafka_config, settings.kafka.idempotency_topic, wait_s=g.produce_timeout_ms / 1000, fetch_wait_ms=wait_ms
+        ),
         transactions=Transactions(txn_log, write, EndpointPolicy(settings.portal.endpoint_allow)),
         metrics=GatewayMetrics(),
         delay_topic=settings.kafka.delay_topic,

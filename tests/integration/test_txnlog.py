@@ -4,10 +4,13 @@ topic's start; the first decision in the log wins."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ferry import txn_tail
 from ferry.txnlog import TxnLog, parse_id
+from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
 
@@ -131,3 +134,30 @@ def test_the_async_path_holds_no_thread_and_agrees_with_the_log(
     assert [v for v, _ in seen] == [b"v0", b"v1", b"v2"]
     assert [h["ferry-transaction-seq"] for _, h in seen] == [b"0", b"1", b"2"]
     assert {h["h"] for _, h in seen} == {b"x"}
+
+
+@pytest.mark.parametrize(("wait_ms", "at_least", "at_most"), [(10, 60, 400), (500, 1, 12)])
+def test_an_idle_live_view_fetches_as_often_as_its_wait_allows(
+    kafka_bootstrap: str, topic_name: str, wait_ms: int, at_least: int, at_most: int
+) -> None:
+    """``FERRY_FETCH_WAIT_MAX_MS`` reaches the gateway's live view: with nothing written, each
+    fetch is held for the wait, so an operator on Apache Kafka can trade idle fetches for nothing
+    (Kafka answers a held fetch as soon as an entry arrives). Counted by librdkafka's statistics."""
+    fetches: list[int] = []
+
+    def stats(doc: str) -> None:
+        fetches.append(sum(b.get("req", {}).get("Fetch", 0) for b in json.loads(doc)["brokers"].values()))
+
+    config = {"bootstrap.servers": kafka_bootstrap, "statistics.interval.ms": 1000, "stats_cb": stats}
+    tl = TxnLog({"bootstrap.servers": kafka_bootstrap}, topic=f"{topic_name}-txn")
+    tl.ensure()
+    tail = txn_tail.TxnTail(config, f"{topic_name}-txn", 9, fetch_wait_ms=wait_ms)
+    try:
+        until(lambda: len(fetches) >= 2, timeout_s=20, what="two statistics reports")
+        first = len(fetches)
+        until(lambda: len(fetches) >= first + 2, timeout_s=20, what="two seconds of fetches")
+        per_s = (fetches[-1] - fetches[first - 1]) / (len(fetches) - first)
+        assert at_least <= per_s <= at_most, f"{per_s:.0f} fetches/s with a {wait_ms} ms wait"
+    finally:
+        tail.close()
+        tl.close()
