@@ -112,6 +112,7 @@ def setup(level: str = "INFO", fmt: str = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # Third-party chatter stays at WARNING: kazoo logs every connection state at INFO.
-    for noisy in ("kazoo", "aiohttp.access", "alembic", "py4j"):
+    # Third-party chatter stays at WARNING: kazoo logs every connection state at INFO, httpx every
+    # request (the demo producer's one a second, a client command's every call).
+    for noisy in ("kazoo", "aiohttp.access", "alembic", "py4j", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

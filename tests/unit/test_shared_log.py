@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 
@@ -37,3 +38,13 @@ def test_debug_is_filtered_at_info(capsys: pytest.CaptureFixture[str]) -> None:
     err = capsys.readouterr().err
     assert "noise" not in err
     assert "kept" in err and "n=2" in err
+
+
+@pytest.mark.parametrize("chatter", ["kazoo.client", "httpx", "httpcore.connection", "aiohttp.access"])
+def test_third_party_chatter_is_kept_to_warnings(capsys: pytest.CaptureFixture[str], chatter: str) -> None:
+    """httpx logs every request at INFO: `ferry dev`'s demo producer made a line a second."""
+    log.setup("INFO", "json")
+    logging.getLogger(chatter).info('HTTP Request: POST http://127.0.0.1:8081/ "HTTP/1.1 200 OK"')
+    logging.getLogger(chatter).warning("kept")
+    lines = [json.loads(ln) for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert [d["event"] for d in lines] == ["kept"]
