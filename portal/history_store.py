@@ -138,14 +138,6 @@ class HistoryStore:
                     partitions.setdefault(ref, []).append(_point(r))
         return totals, partitions
 
-    def points(self, subscription: str, now_ms: int) -> list[Point]:
-        """The subscription's totals of the last hour, oldest first."""
-        return self.hour(subscription, now_ms)[0]
-
-    def partitions(self, subscription: str, now_ms: int) -> dict[PartitionRef, list[Point]]:
-        """Each partition's points of the last hour, oldest first."""
-        return self.hour(subscription, now_ms)[1]
-
     def summaries(self, subscriptions: Sequence[tuple[str, str]], now_ms: int) -> list[dict[str, Any]]:
         """The list's rows for ``(name, state)`` pairs: health and the figures it was judged on."""
         p = db.HistoryPoint

@@ -48,10 +48,9 @@ def test_replicas_take_each_sample_once_and_measure_against_each_others(engine: 
     assert a.record(T0 + 20_000, {A0: report(delivered=1_500, lag=4), A1: report(worker="w2", dead_lettered=3)})
 
     for replica in (a, b, HistoryStore(engine, 10, "portal-c:8080")):  # c: a restarted portal
-        points = replica.points("orders", T0 + 25_000)
+        points, parts = replica.hour("orders", T0 + 25_000)
         assert [(p.delivered, p.lag) for p in points] == [(0, 0), (200, 7), (300, 4)]
         assert [p.delivered_per_s for p in points] == [0, 20.0, 30.0]
-        parts = replica.partitions("orders", T0 + 25_000)
         assert [p.dead_lettered for p in parts[A1]] == [3, 0]  # taken over between samples, then steady
         (row,) = replica.summaries([("orders", "active")], T0 + 25_000)
         assert (row["health"], row["lag"], row["dead_lettered_1h"]) == ("failing", 4, 3)
@@ -76,7 +75,7 @@ def test_replicas_racing_for_the_same_buckets_take_each_once(engine: Any) -> Non
     for t in threads:
         t.join(timeout=60)
     assert [x + y for x, y in zip(*won, strict=True)] == [1] * 10
-    points = stores[0].points("orders", T0 + 100_000)
+    points, _ = stores[0].hour("orders", T0 + 100_000)
     assert len(points) == 10 and sum(p.delivered for p in points) == 900  # no count twice, none lost
 
 
@@ -85,7 +84,7 @@ def test_an_hour_is_kept_and_older_samples_are_dropped(engine: Any) -> None:
     for i in range(400):
         store.record(T0 + i * 10_000, {A0: report(delivered=i)})
     now = T0 + 399 * 10_000
-    points = store.points("orders", now)
+    points, _ = store.hour("orders", now)
     assert len(points) == 360 and points[0].t_ms == T0 + 40 * 10_000
     with engine.connect() as conn:
         kept = conn.execute(sa.select(sa.func.count()).select_from(db.HistorySample)).scalar()
@@ -97,5 +96,5 @@ def test_a_deleted_subscription_takes_its_history_along(engine: Any) -> None:
     store.record(T0, {A0: report(), PartitionRef("billing", "t", 0): report()})
     with db.session(engine) as s:
         db.forget_history(s, "orders")
-    assert store.points("orders", T0) == [] and store.partitions("orders", T0) == {}
-    assert len(store.points("billing", T0)) == 1
+    assert store.hour("orders", T0) == ([], {})
+    assert len(store.hour("billing", T0)[0]) == 1
