@@ -18,6 +18,10 @@ from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
 PARTS = 24
+STALL_BOUND_S = 1.0
+"""Longest pause of a partition's deliveries across a join or a graceful leave. A fenced handoff
+pauses a partition for ~0.1 s (bench/handoff.py); one left to the ZooKeeper session timeout would
+pause it for the session timeout (4 s here). The bound leaves room for a loaded 2-core machine."""
 
 
 def balanced(c: Cluster, workers: list[str]) -> bool:
@@ -71,7 +75,7 @@ def test_balance_join_and_graceful_leave(cluster: Cluster, endpoint: EndpointRec
         moved_parts = {p[2] for p in moved}
         for p, gap in gaps.items():
             if p not in moved_parts:
-                assert gap < 0.5, f"partition {p} did not move but paused {gap:.2f} s"
+                assert gap < STALL_BOUND_S, f"partition {p} did not move but paused {gap:.2f} s"
         # Graceful leave: SIGTERM w2; its partitions are handed over with short stalls.
         left_at = time.time()
         workers["w2"].stop(grace_s=20)
@@ -81,7 +85,7 @@ def test_balance_join_and_graceful_leave(cluster: Cluster, endpoint: EndpointRec
         gaps = max_gaps(endpoint.snapshot(), left_at - 1, time.time())
         stalls = sorted(gaps.values())
         print(f"graceful leave: max per-partition stall {stalls[-1]:.3f} s, median {stalls[len(stalls) // 2]:.3f} s")
-        assert stalls[-1] < 0.5, f"stall {stalls[-1]:.2f} s"
+        assert stalls[-1] < STALL_BOUND_S, f"stall {stalls[-1]:.2f} s"
         metrics = workers["w4"].metrics()
         assert 'ferry_handoff_duration_seconds_count{direction="acquire"}' in metrics
     finally:
