@@ -13,17 +13,25 @@ from __future__ import annotations
 
 from ferry import filters
 from ferry.filters.attributes import RecordAttributes
+from ferry.filters.splitter import Layout, splitter
 from ferry.subscription import Subscription
 from ferry.worker.push import Record
 
+LAYOUT = Layout(*(Record._fields.index(f) for f in ("offset", "key", "headers", "timestamp_ms")))
+
 
 class Admission:
-    """The compiled filter of one subscription document, and its counters."""
+    """The compiled filter of one subscription document for one partition's records, and its
+    counters."""
 
-    def __init__(self, sub: Subscription, cluster: str) -> None:
+    def __init__(self, sub: Subscription, cluster: str, topic: str, partition: int) -> None:
         self.document = sub.filter
         self._filter = filters.parse(sub.filter) if sub.filter is not None else None
         self._view = RecordAttributes("", 0, 0, None, (), 0, cluster, sub.name).reset  # one, reset per record
+        # A fetch's records through one generated loop (ferry.filters.splitter), when it covers the filter.
+        self._split = (
+            splitter(self._filter, topic, partition, cluster, sub.name, LAYOUT) if self._filter is not None else None
+        )
         self.errors = 0
 
     @property
@@ -44,6 +52,10 @@ class Admission:
         with the per-record lookups done once."""
         if self._filter is None:
             return records, []
+        if self._split is not None:
+            passed, failed, erred = self._split(records)
+            self.errors += erred
+            return passed, failed
         matches, view = self._filter.matches, self._view
         admitted: list[Record] = []
         rejected: list[Record] = []
@@ -59,8 +71,11 @@ class Admission:
         return admitted, rejected
 
 
-def for_subscription(sub: Subscription, cluster: str, current: Admission | None = None) -> Admission:
-    """The admission of ``sub``; ``current`` is kept when the filter did not change."""
+def for_subscription(
+    sub: Subscription, cluster: str, topic: str, partition: int, current: Admission | None = None
+) -> Admission:
+    """The admission of ``sub`` for a partition's records; ``current`` is kept when the filter did
+    not change."""
     if current is not None and current.document == sub.filter:
         return current
-    return Admission(sub, cluster)
+    return Admission(sub, cluster, topic, partition)

@@ -98,7 +98,7 @@ class PartitionRunner:
         self.m_retried = m.retried.labels(sub.name)
         self._m_dead = m.dead_lettered.labels(sub.name)
         self._m_filtered = m.filtered.labels(sub.name)
-        self.admission = admission.for_subscription(sub, ctx.client.cluster)
+        self.admission = admission.for_subscription(sub, ctx.client.cluster, ref.topic, ref.partition)
         self.m_latency = m.push_latency.labels(sub.name)
         self.delivery: Delivery = self._delivery_for(sub)
 
@@ -184,7 +184,9 @@ class PartitionRunner:
 
     def update(self, sub: Subscription) -> None:
         self.sub = sub
-        self.admission = admission.for_subscription(sub, self.ctx.client.cluster, self.admission)
+        self.admission = admission.for_subscription(
+            sub, self.ctx.client.cluster, self.ref.topic, self.ref.partition, self.admission
+        )
         self.policy = RetryPolicy(sub.retry)
         if (sub.ordering, sub.max_in_flight) != (self.window.ordering, self.window.max_in_flight):
             self.window.reconfigure(sub.ordering, sub.max_in_flight)

@@ -124,13 +124,25 @@ def _attribute_name(name: str) -> bool:
     return _HEADER_ATTRIBUTE.fullmatch(name) is not None
 
 
-def _partitionkey(a: RecordAttributes) -> str | None:
-    key = a._key
-    if key is None:
-        return None
+def partitionkey_text(key: bytes) -> str:
+    """A record key as the ``partitionkey`` attribute: percent-encoded where needed."""
     if not key.translate(None, _UNRESERVED):  # nothing to percent-encode
         return key.decode("ascii")
     return quote(key, safe="")
+
+
+def header_text(headers: Sequence[tuple[str, bytes | None]], name: str) -> str | None:
+    """The first header named ``name`` (lowercased) that has a value, as text; what
+    :class:`RecordAttributes` reads for a header attribute."""
+    for n, v in headers:
+        if v is not None and (n == name or n.lower() == name):
+            return v.decode("utf-8", "replace")
+    return None
+
+
+def _partitionkey(a: RecordAttributes) -> str | None:
+    key = a._key
+    return None if key is None else partitionkey_text(key)
 
 
 def _datacontenttype(a: RecordAttributes) -> str:
@@ -140,6 +152,10 @@ def _datacontenttype(a: RecordAttributes) -> str:
 
 _OWN_MAY_LACK = frozenset({"partitionkey"})
 """The own attributes a record may lack (a header may give them); every other one it always has."""
+
+PER_PARTITION = frozenset({"kafkatopic", "kafkapartition", "source", "type", "specversion", "ferryattempt"})
+"""The own attributes whose value is the same for every record of a partition of a subscription
+(as filters see them: ``ferryattempt`` is 1 before the first push)."""
 
 # attribute name → its value for a record (``None``: the record has none; a header may give it)
 _OWN_VALUES: dict[str, Callable[[RecordAttributes], str | None]] = {

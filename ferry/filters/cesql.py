@@ -97,6 +97,7 @@ class Expression:
     _root: Node
     functions: frozenset[str]
     matches: Callable[[Event], tuple[bool, bool]]
+    tree: Tree[Token]
 
     def evaluate(self, event: Event) -> tuple[Value, list[str]]:
         """The value and the errors (kinds: ``missingAttribute``, ``math``, ``cast``,
@@ -163,4 +164,4 @@ def compile(source: str) -> Expression:
         )
     root = build(tree)
     used = {str(t.children[0]).upper() for t in tree.iter_subtrees() if t.data == "call"}
-    return Expression(source, root, frozenset(used), matcher(tree) or _closure_matches(root))
+    return Expression(source, root, frozenset(used), matcher(tree) or _closure_matches(root), tree)

@@ -228,11 +228,11 @@ CALLS = ["LENGTH", "CONCAT", "CONCAT_WS", "LOWER", "UPPER", "TRIM", "LEFT", "RIG
 CALLS += ["BOOL", "STRING", "IS_INT", "IS_BOOL", "IS_STRING", "NOPE"]
 
 
-def random_expression(rng: random.Random, depth: int) -> str:
+def random_expression(rng: random.Random, depth: int, leaves: list[str] = LEAVES) -> str:
     if depth <= 0 or rng.random() < 0.25:
-        return rng.choice(LEAVES)
+        return rng.choice(leaves)
     kind = rng.randrange(8)
-    sub = lambda: random_expression(rng, depth - 1)  # noqa: E731
+    sub = lambda: random_expression(rng, depth - 1, leaves)  # noqa: E731
     if kind <= 2:
         return f"({sub()} {rng.choice(BINARY)} {sub()})"
     if kind == 3:
