@@ -1,12 +1,12 @@
 """Which records a subscription's endpoint gets: its filter, applied before a record enters the
 partition's window (docs/filters.md).
 
-Use case: the partition runner asks :meth:`Admission.admits` for each fetched record; a rejected
-record is acknowledged without a push and counted as ``filtered``. The filter is compiled once per
-subscription document (:func:`ferry.filters.parse`), and a record's CloudEvents attributes are
-computed only when the filter reads them (:class:`RecordAttributes`), so a filter on one header
-costs one header lookup, not a CloudEvent. A filter whose evaluation errs rejects the record and
-counts the error.
+Use case: the partition runner hands each fetch to :meth:`Admission.split` (or, record by record
+after a re-seek, asks :meth:`Admission.admits`); a rejected record is acknowledged without a push
+and counted as ``filtered``. The filter is compiled once per subscription document and partition:
+into one loop over a fetch (:mod:`ferry.filters.splitter`), and into a verdict on one record's
+attributes, computed only when the filter reads them (:class:`RecordAttributes`) — for what the
+loop does not cover. A filter whose evaluation errs rejects the record and counts the error.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ Use case: a subscription's ``"filter"`` is a CloudEvents Subscriptions API filte
 ``{"any": [f, ...]}``, ``{"not": f}``, ``{"sql": "<CESQL>"}`` (:mod:`ferry.filters.cesql`).
 :func:`parse` validates a filter document once (a bad one raises
 :class:`ferry.errors.ValidationError` with its dotted ``field``, e.g. ``filter.all[1].sql``) and
-compiles it into a :class:`Filter`; the worker calls :meth:`Filter.matches` on each record's
-attributes before the record enters the partition's window. Pure: no I/O.
+compiles it into a :class:`Filter`, whose :meth:`Filter.matches` judges one record's attributes
+(the worker runs a fetch through :mod:`ferry.filters.splitter`, with the same verdicts, before its
+records enter the partition's window). Pure: no I/O.
 
 Attributes are those of the push (docs/contract.md §4, without ``ce-``: ``id``, ``source``,
 ``type``, ``time``, ``kafkatopic``, ``kafkapartition``, ``kafkaoffset``, ``partitionkey``,
