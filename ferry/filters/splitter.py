@@ -13,8 +13,9 @@ Per record, that costs less than building a record view and calling ``matches``:
 - the attributes a partition's records share (:data:`~ferry.filters.attributes.PER_PARTITION`:
   ``kafkatopic``, ``kafkapartition``, ``source``, ``type``, ...) are literals, so clauses on them
   are decided when the loop is compiled;
-- header attributes are read once per headers tuple, not per record: the fetch gives records with
-  the same headers one shared tuple, so a run of them costs one identity check each;
+- header attributes, and the parts of the filter that read nothing else, are evaluated once per
+  headers tuple, not per record: the fetch gives records with the same headers one shared tuple,
+  so a run of them costs one identity check each (``region = 'eu'`` is then one variable);
 - the other attributes (``partitionkey``, ``id``, ``kafkaoffset``, ``time``) are read from the
   record's fields in place, with no view or tuple per record, and a key's ``partitionkey`` text
   is remembered (keys recur);
@@ -71,7 +72,7 @@ def splitter(f: Filter, topic: str, partition: int, cluster: str, subscription: 
     gen = _RecordGen(constants, layout, f"{topic}/{partition}/")
     try:
         test = gen.document(f.document)
-        memo = "".join(f"\n            {var} = {src}" for var, src in gen.memo.values())
+        memo = "".join(f"\n            {line}" for _, lines in gen.memo.values() for line in lines)
         headers = f"r[{layout.headers}]"
         # Two loops over one iterator: the first runs while every record passes and keeps nothing
         # (most fetches of a filter that passes most records end there, and give back the list
@@ -147,8 +148,10 @@ class _RecordGen(_Gen):
 
     def __init__(self, constants: dict[str, str], layout: Layout, id_prefix: str) -> None:
         super().__init__("_r", fast=True)
-        self.memo: dict[str, tuple[str, str]] = {}  # what → (variable, source computing it from hs)
+        self.memo: dict[str, tuple[str, list[str]]] = {}  # what → (variable, the lines setting it from hs)
         self._constants, self._layout, self._id_prefix = constants, layout, id_prefix
+        self._kinds: dict[int, int] = {}  # id(CESQL node) → _CONSTANT, _HEADERS or _RECORD
+        self._hoisting = False
 
     # --- the filter document --------------------------------------------------------------------
 
@@ -164,7 +167,8 @@ class _RecordGen(_Gen):
             test = {"exact": f"{t} == {value!r}", "prefix": f"{t}.startswith({value!r})"}.get(
                 dialect, f"{t}.endswith({value!r})"
             )
-            return f"(({t} := {self.read(name)}) is not None and {test})"
+            src = f"(({t} := {self.read(name)}) is not None and {test})"
+            return src if name in _PER_RECORD else self._set(f"#{len(self.memo)}", src)
         if dialect == "all":
             return "(" + " and ".join(self.document(d) for d in arg) + ")"
         if dialect == "any":
@@ -173,7 +177,10 @@ class _RecordGen(_Gen):
             return "(" + " or ".join(self.document(d) for d in arg) + ")"
         if dialect == "not":
             return f"(not {self.document(arg)})"
-        return _verdict(self.expr(cesql.compile(arg).tree))
+        tree = cesql.compile(arg).tree
+        self._kinds = {}
+        self._kind(tree)
+        return _verdict(self.expr(tree))
 
     # --- attributes ---------------------------------------------------------------------------
 
@@ -204,10 +211,48 @@ class _RecordGen(_Gen):
         """The variable holding ``source`` (by default: header ``what``'s text) for the current
         headers tuple."""
         if what not in self.memo:
-            self.memo[what] = (f"h{len(self.memo)}", source or f"_header(hs, {what!r})")
+            return self._set(what, source or f"_header(hs, {what!r})")
         return self.memo[what][0]
 
+    def _set(self, what: str, source: str, may_fail: bool = False) -> str:
+        """A new variable set to ``source`` for each headers tuple (``None`` when it fails)."""
+        var = f"h{len(self.memo)}"
+        if may_fail:
+            self.memo[what] = (var, ["try:", f"    {var} = {source}", "except _Fail:", f"    {var} = None"])
+        else:
+            self.memo[what] = (var, [f"{var} = {source}"])
+        return var
+
+    # --- CESQL: what reads nothing of a record but its headers is evaluated once per headers tuple --
+
+    def _kind(self, t: Tree[Token]) -> int:
+        """What node ``t`` reads (the most of its parts): nothing of a record, its headers, or
+        more; kept for :meth:`expr`."""
+        if t.data in ("attribute", "exists"):
+            name = str(t.children[0 if t.data == "attribute" else 1]).lower()
+            kind = _CONSTANT if name in self._constants else _RECORD if name in _PER_RECORD else _HEADERS
+        else:
+            kind = max((self._kind(c) for c in t.children if isinstance(c, Tree)), default=_CONSTANT)
+        self._kinds[id(t)] = kind
+        return kind
+
     def expr(self, t: Tree[Token]) -> _Code:
+        """A node that reads no more than the headers and is not a lone attribute or literal is
+        evaluated when the headers tuple changes; each record then reads its value, or raises the
+        error it gave (CESQL is pure, so this changes nothing but the cost)."""
+        if self._hoisting or t.data in _NOT_HOISTED or self._kinds.get(id(t), _RECORD) == _RECORD:
+            return self._expr(t)
+        self._hoisting = True
+        try:
+            code = self._expr(t)
+        finally:
+            self._hoisting = False
+        if code.lit is not None:
+            return code
+        var = self._set(f"#{len(self.memo)}", code.src, may_fail=True)
+        return _Code(f"({var} if {var} is not None else _missing())", code.typ)
+
+    def _expr(self, t: Tree[Token]) -> _Code:
         if t.data == "attribute" and str(t.children[0]).lower() in self._constants:
             return _literal(self._constants[str(t.children[0]).lower()])
         if t.data == "exists":
@@ -231,6 +276,12 @@ class _RecordGen(_Gen):
         except _Fail:
             return code
         return _literal(value) if isinstance(value, bool | int | str) else code
+
+
+_CONSTANT, _HEADERS, _RECORD = 0, 1, 2
+_PER_RECORD = frozenset({"partitionkey", "kafkaoffset", "id", "time"})
+"""Attributes read from the record's own fields (the others: constants or from its headers)."""
+_NOT_HOISTED = frozenset({"attribute", "integer", "string", "true", "false"})
 
 
 def _string_test(dialect: str, v: str, value: str) -> bool:
