@@ -2,7 +2,7 @@
 (one generated loop per partition, ferry.filters.splitter) and as one record's view evaluates them,
 and what a filter that passes every record takes from a worker's throughput, one run.
 
-    python3 -m bench.filter [--records 200000] [--worker-records 50000] [--repeat 7]
+    python3 -m bench.filter [--records 200000] [--worker-records 200000] [--repeat 9]
 
 Evaluation rows: an exact match on a header, a prefix on partitionkey, a CESQL expression with
 three comparisons and a function call (on fetches whose 500 keys recur and whose records share one
@@ -14,8 +14,8 @@ admission, window, push bookkeeping and acknowledgement, no sockets — in singl
 batch mode, without a filter and with the CESQL filter above (which passes every record), with
 the worker's GC settings.
 The bench process runs one thread, so its CPU time is the runner's: other processes on the machine
-do not spoil it as they spoil wall time. Median of ``--repeat`` alternating runs after a warm-up
-run; beside it, the share of the filtered runs' CPU spent in the filter's calls (the steadier
+do not spoil it as they spoil wall time. Median of ``--repeat`` runs of each, in ABBA order after
+a warm-up run; beside it, the share of the filtered runs' CPU spent in the filter's calls (the steadier
 figure: the runs themselves spread by ±10 %).
 """
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import statistics
 import time
 from typing import Any
@@ -163,15 +164,18 @@ def worker(n: int, repeat: int) -> list[list[str]]:
         plain, filtered = parse(doc), parse({**doc, "filter": {"sql": SQL}})
         asyncio.run(_run(plain, records))  # warm-up: a process's first run is the slowest
         runs: dict[str, list[tuple[float, float]]] = {"plain": [], "filtered": []}
-        for _ in range(repeat):
-            runs["plain"].append(asyncio.run(_run(plain, records)))
-            runs["filtered"].append(asyncio.run(_run(filtered, records)))
+        for i in range(repeat):  # ABBA: a drift over the runs spoils neither side
+            for name in ("plain", "filtered") if i % 2 == 0 else ("filtered", "plain"):
+                gc.collect()
+                runs[name].append(asyncio.run(_run(plain if name == "plain" else filtered, records)))
         without = statistics.median(rate for rate, _ in runs["plain"])
         with_ = statistics.median(rate for rate, _ in runs["filtered"])
         share = statistics.median(share for _, share in runs["filtered"])
         change = with_ / without - 1
-        print(f"{mode + ', CESQL':28} {with_:>14,.0f} {without:>10,.0f} {change:>+8.1%} {share:>10.1%}")
-        figures = f"{without:,.0f} → {with_:,.0f} ({change:+.0%}); the filter {share:.0%} of the CPU"
+        pairs = sorted(f[0] / p[0] - 1 for p, f in zip(runs["plain"], runs["filtered"], strict=True))
+        spread = f"pairs {pairs[0]:+.0%} to {pairs[-1]:+.0%}"
+        print(f"{mode + ', CESQL':28} {with_:>14,.0f} {without:>10,.0f} {change:>+8.1%} {share:>10.1%}  ({spread})")
+        figures = f"{without:,.0f} → {with_:,.0f} ({change:+.0%}, {spread}); the filter {share:.0%} of the CPU"
         rows.append([f"worker records/CPU-s, {mode}", figures, ""])
     return rows
 
@@ -179,8 +183,8 @@ def worker(n: int, repeat: int) -> list[list[str]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--worker-records", type=int, default=50_000)
-    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--worker-records", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=9)
     args = ap.parse_args()
     print(f"bench.filter: {args.records:,} evaluations each, on this machine\n")
     rows = evaluations(args.records) + worker(args.worker_records, args.repeat)
