@@ -301,7 +301,8 @@ class _Gen:
         raise ValueError(f"unsupported construct {rule}")  # pragma: no cover - the grammar has no other
 
     def logic(self, t: Tree[Token]) -> _Code:
-        """``a AND (b AND c)`` as one flat ``a and b and c`` (so long chains nest nothing); XOR
+        """``a AND (b AND c)`` as one flat ``a and b and c`` (so long chains nest nothing), without
+        operands that cannot change it (a literal ``TRUE`` in ``AND``, ``FALSE`` in ``OR``); XOR
         as ``!=`` of two Booleans."""
         op = str(t.children[1]).upper()
         if op == "XOR":
@@ -312,7 +313,9 @@ class _Gen:
             operands.append(t.children[0])
             t = t.children[2]  # type: ignore[assignment]
         operands.append(t)
-        return _Code(f"({f' {op.lower()} '.join(self.cast(self.expr(k), 'bool') for k in operands)})", "bool")  # type: ignore[arg-type]
+        neutral = "True" if op == "AND" else "False"
+        srcs = [s for s in (self.cast(self.expr(k), "bool") for k in operands) if s != neutral]  # type: ignore[arg-type]
+        return _Code(f"({f' {op.lower()} '.join(srcs)})" if srcs else neutral, "bool")
 
     def binary(self, op: str, left: _Code, right: _Code) -> _Code:
         if op in ("=", "!=", "<>"):

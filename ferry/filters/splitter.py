@@ -250,6 +250,8 @@ class _RecordGen(_Gen):
         if code.lit is not None:
             return code
         var = self._set(f"#{len(self.memo)}", code.src, may_fail=True)
+        if code.typ == "bool":  # True, False, or None for an error: one test when it is True
+            return _Code(f"({var} or ({var} is None and _missing()))", "bool")
         return _Code(f"({var} if {var} is not None else _missing())", code.typ)
 
     def _expr(self, t: Tree[Token]) -> _Code:
