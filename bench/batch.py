@@ -210,10 +210,12 @@ def main() -> None:
         print(f"producing {a.records:,} records ({a.keys} keys, {a.partitions} partitions, 100 B JSON)...", flush=True)
         produce(bootstrap, "bench", a.partitions, a.records, a.keys)
 
+        others = {"broker": stack.broker.proc.pid, "endpoint": stack.endpoint.proc.pid}
         http("POST", f"{ep}/reset")
-        cpu0 = time.process_time()
+        cpu0, o0 = time.process_time(), {k: cpu_seconds(p) for k, p in others.items()}
         asyncio.run(naive_batched(bootstrap, "bench", a.partitions, f"{ep}/batch", a.records, a.batch, a.requests))
         naive_cpu = time.process_time() - cpu0
+        naive_others = {k: cpu_seconds(p) - o0[k] for k, p in others.items()}
         naive_rate, naive_per_post = rate(ep, a.records)
 
         http("POST", f"{ep}/reset")
@@ -223,7 +225,9 @@ def main() -> None:
             "max_in_flight": a.max_in_flight,
             "batch": {"max_records": a.batch},
         }
+        o0 = {k: cpu_seconds(p) for k, p in others.items()}
         ferry_cpu, ferry_rss = run_worker(tmp, bootstrap, "bench", ep, a.records, "bench-batch", sub)
+        ferry_others = {k: cpu_seconds(p) - o0[k] for k, p in others.items()}
         ferry_rate, ferry_per_post = rate(ep, a.records)
 
         print()
@@ -232,6 +236,9 @@ def main() -> None:
         label = f"ferry worker, batch mode ({a.batch}/POST), {a.ordering}"
         print(f"{label:44} {ferry_rate:10.0f} {a.records / ferry_cpu:14.0f}")
         print(f"records per POST: naive {naive_per_post:.1f}, ferry {ferry_per_post:.1f}")
+        for k in others:
+            us = (naive_others[k] / a.records * 1e6, ferry_others[k] / a.records * 1e6)
+            print(f"{k} CPU µs per record during each run (start-up included): naive {us[0]:.2f}, ferry {us[1]:.2f}")
         print(
             f"ratio ferry/naive: {ferry_rate / naive_rate:.2f}x records/s, {naive_cpu / ferry_cpu:.2f}x records/CPU-s"
         )
