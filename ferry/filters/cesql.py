@@ -27,6 +27,7 @@ error makes the filter false and is counted: :meth:`Expression.matches`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -143,7 +144,10 @@ def _too_deep(tree: Tree[Token]) -> tuple[int, Token | None] | None:
     return (deepest, where) if deepest > MAX_DEPTH else None
 
 
+@functools.lru_cache(maxsize=256)
 def compile(source: str) -> Expression:
+    """The compiled expression of ``source`` (raising :class:`CesqlParseError`). Kept for the
+    sources seen last: a worker compiles a subscription's filter for each of its partitions."""
     try:
         tree = _PARSER.parse(source)
     except UnexpectedInput as exc:

@@ -49,7 +49,7 @@ from ferry.filters.attributes import (
 )
 from ferry.filters.cesql_codegen import _HELPERS, _Code, _Fail, _Gen, _literal, _verdict
 
-Split = Callable[[Sequence[Any]], tuple[list[Any], list[Any], int]]  # → (admitted, rejected, errors)
+Split = Callable[[list[Any]], tuple[list[Any], list[Any], int]]  # a fetch → (admitted, rejected, errors)
 
 
 class Layout(NamedTuple):
