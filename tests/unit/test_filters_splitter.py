@@ -158,3 +158,26 @@ def test_a_fetch_that_all_passes_comes_back_as_it_is_and_one_rejection_anywhere_
     else:
         assert admitted == records[:rejected_at] + records[rejected_at + 1 :]
         assert rejected == [records[rejected_at]] and errors == 0
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"sql": "region = 'eu' AND LENGTH(partitionkey) > 2"},  # the loop
+        {"any": [{"sql": "region = 'eu' AND n > 3"}, {"prefix": {"partitionkey": "custom"}}]},  # per record
+    ],
+)
+def test_the_worker_admission_splits_a_fetch_and_counts_errors_on_either_path(doc: Any) -> None:
+    from ferry.subscription import parse
+    from ferry.worker.admission import Admission
+    from ferry.worker.push import Record
+
+    sub = parse({"name": "s", "topics": ["orders"], "endpoint": {"url": "http://e/hook"}, "filter": doc})
+    admission = Admission(sub, "default", "orders", 3)
+    assert (admission._split is not None) == ("sql" in doc)  # which path this case takes
+    rng = random.Random(1)
+    records = [Record(*r[:7]) for r in fetch(rng, "orders", 3, 300)]
+    admitted, rejected = admission.split(records)
+    expected = generic(filters.parse(doc), records)
+    assert (admitted, rejected, admission.errors) == expected
+    assert [admission.admits(r) for r in records] == [r in admitted for r in records]
