@@ -12,7 +12,8 @@ Judged from the endpoint's own rows:
 
 - lost: a record never processed;
 - duplicates: a record processed twice (only a push the worker timed out and sent again can be);
-- recovery: after capacity returns, a whole second runs at ≥ 80 % of it within 5 s;
+- recovery: after capacity returns, a whole second runs at ≥ 80 % of the rate before the collapse
+  (the median second of its last five) within 5 s;
 - during the collapse the endpoint is not flooded: no 503 after the first second of it.
 """
 
@@ -91,19 +92,19 @@ def test_capacity_collapses_to_one_for_20_s(tmp_path: Path, kafka_bootstrap: str
     flooded = [r for r in rows if r[2] == 503 and collapse_start + 1 <= r[0] < collapse_end]
     assert flooded == [], f"{len(flooded)} requests refused during the collapse, after its first second"
 
-    capacity_rate = PHASES[2][0] / SERVICE_S
     answered: dict[str, float] = {}
     for r in rows:
         if r[2] == 200:
             answered[r[4]] = min(r[1], answered.get(r[4], r[1]))
     first_done = sorted(answered.values())
-    recovered = next(
-        (
-            s
-            for s in range(5)
-            if sum(1 for t in first_done if collapse_end + s <= t < collapse_end + s + 1) >= 0.8 * capacity_rate
-        ),
-        None,
-    )
-    assert recovered is not None, "no second at 80 % of the restored capacity within 5 s of it"
-    print(f"collapse: {len(rows):,} requests, recovered within {recovered + 1} s, no loss, no duplicate")
+
+    def rate_in_second(start: float) -> int:
+        return sum(1 for t in first_done if start <= t < start + 1)
+
+    # What the worker and the endpoint reach together on this machine at the same capacity, once
+    # the limit has adapted (the last 5 s before the collapse), is what recovery returns to.
+    before = sorted(rate_in_second(collapse_start - s) for s in range(1, 6))[2]
+    after = [rate_in_second(collapse_end + s) for s in range(5)]
+    recovered = next((s for s, n in enumerate(after) if n >= 0.8 * before), None)
+    assert recovered is not None, f"no second at 80 % of the rate before the collapse ({before}/s) within 5 s: {after}"
+    print(f"collapse: {len(rows):,} requests, {before}/s before, {after} after; no loss, no duplicate")
