@@ -63,10 +63,7 @@ class RecordAttributes(Mapping[str, Any]):
         of a few headers, a dict built once for many."""
         headers = self._headers
         if len(headers) <= _SCAN_HEADERS:
-            for n, v in headers:
-                if (n == name or n.lower() == name) and v is not None:
-                    return v
-            return None
+            return header_value(headers, name)
         if self._header_map is None:
             self._header_map = {n.lower(): v for n, v in reversed(headers) if v is not None}
         return self._header_map.get(name)
@@ -131,13 +128,23 @@ def partitionkey_text(key: bytes) -> str:
     return quote(key, safe="")
 
 
-def header_text(headers: Sequence[tuple[str, bytes | None]], name: str) -> str | None:
-    """The first header named ``name`` (lowercased) that has a value, as text; what
-    :class:`RecordAttributes` reads for a header attribute."""
+def header_value(headers: Sequence[tuple[str, bytes | None]], name: str) -> bytes | None:
+    """The value of the first header named ``name`` (lowercased) that has a value."""
     for n, v in headers:
         if v is not None and (n == name or n.lower() == name):
-            return v.decode("utf-8", "replace")
+            return v
     return None
+
+
+def header_text(headers: Sequence[tuple[str, bytes | None]], name: str) -> str | None:
+    """:func:`header_value` as text: what a filter reads for a header attribute."""
+    raw = header_value(headers, name)
+    return None if raw is None else raw.decode("utf-8", "replace")
+
+
+def content_type_text(raw: bytes | None) -> str:
+    """The ``datacontenttype`` attribute of a record whose ``content-type`` header is ``raw``."""
+    return DEFAULT_CONTENT_TYPE if raw is None else raw.decode("utf-8", "replace")
 
 
 def _partitionkey(a: RecordAttributes) -> str | None:
@@ -146,8 +153,7 @@ def _partitionkey(a: RecordAttributes) -> str | None:
 
 
 def _datacontenttype(a: RecordAttributes) -> str:
-    ct = a._header("content-type")
-    return DEFAULT_CONTENT_TYPE if ct is None else ct.decode("utf-8", "replace")
+    return content_type_text(a._header("content-type"))
 
 
 _OWN_MAY_LACK = frozenset({"partitionkey"})

@@ -36,13 +36,14 @@ from typing import Any, NamedTuple, cast
 
 from lark import Token, Tree
 
-from ferry.filters import Filter, cesql
+from ferry.filters import Filter, _string_test, cesql
 from ferry.filters.attributes import (
-    DEFAULT_CONTENT_TYPE,
     PER_PARTITION,
     RecordAttributes,
     _attribute_name,
+    content_type_text,
     header_text,
+    header_value,
     partitionkey_text,
     reader,
     rfc3339_ms,
@@ -128,8 +129,7 @@ def _split(records):
 
 
 def _content_type(headers: Sequence[tuple[str, bytes | None]]) -> str:
-    ct = header_text(headers, "content-type")
-    return DEFAULT_CONTENT_TYPE if ct is None else ct
+    return content_type_text(header_value(headers, "content-type"))
 
 
 _RECORD_HELPERS: dict[str, Any] = {
@@ -161,8 +161,8 @@ class _RecordGen(_Gen):
         ((dialect, arg),) = doc.items()
         if dialect in ("exact", "prefix", "suffix"):
             ((name, value),) = arg.items()
-            if name in self._constants:
-                return repr(_string_test(dialect, self._constants[name], value))
+            if name in self._constants:  # decided now, by the dialect's own test
+                return repr(_string_test(dialect, name, value)({name: self._constants[name]})[0])
             t = self.temp()
             test = {"exact": f"{t} == {value!r}", "prefix": f"{t}.startswith({value!r})"}.get(
                 dialect, f"{t}.endswith({value!r})"
@@ -284,10 +284,6 @@ _CONSTANT, _HEADERS, _RECORD = 0, 1, 2
 _PER_RECORD = frozenset({"partitionkey", "kafkaoffset", "id", "time"})
 """Attributes read from the record's own fields (the others: constants or from its headers)."""
 _NOT_HOISTED = frozenset({"attribute", "integer", "string", "true", "false"})
-
-
-def _string_test(dialect: str, v: str, value: str) -> bool:
-    return v == value if dialect == "exact" else v.startswith(value) if dialect == "prefix" else v.endswith(value)
 
 
 def _has_sql(doc: Any) -> bool:
