@@ -119,7 +119,7 @@ class _NoDeadLetters:
 async def _run(sub: Subscription, records: list[Record]) -> tuple[float, float]:
     """(records per CPU-second, the share of that CPU spent in the filter's calls)."""
     ctx = Context("w1", _Instant(), _NoDeadLetters(), WorkerMetrics(), Lease(), 10_000, 1 << 30)  # type: ignore[arg-type]
-    runner = PartitionRunner(PartitionRef(sub.name, "orders", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+    runner = PartitionRunner(PartitionRef(sub.name, "orders", 0), sub, 1, ctx, None, lambda _: None)
     split, in_filter = runner.admission.split, [0.0]
 
     def timed_split(batch: list[Record]) -> tuple[list[Record], list[Record]]:

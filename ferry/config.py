@@ -227,9 +227,10 @@ class WorkerSettings:
     offset_flush_interval_ms: int = setting("FERRY_OFFSET_FLUSH_INTERVAL_MS", 500)
     """How often each partition's offset state is written to the offsets topic."""
     prefetch_records: int = setting("FERRY_PREFETCH_RECORDS", 2_000)
-    """Records fetched ahead per partition before the partition's fetch is paused."""
+    """Records fetched ahead per partition. At 5/8 of it the partition's fetch holds, at the bound
+    it is paused (see "Backpressure" below)."""
     prefetch_bytes: int = setting("FERRY_PREFETCH_BYTES", 16 * 1024 * 1024)
-    """Bytes fetched ahead per partition before the partition's fetch is paused."""
+    """Bytes fetched ahead per partition; holds and pauses as ``FERRY_PREFETCH_RECORDS`` does."""
     prefetch_budget_bytes: int = setting("FERRY_PREFETCH_BUDGET_BYTES", 128 * 1024 * 1024)
     """Bytes fetched ahead by the whole worker: each partition's bound is at most this divided by
     the partitions the worker owns (never below 64 KiB), so memory does not grow with them."""

@@ -169,8 +169,7 @@ class Engine:
             epoch,
             self._ctx,
             restored,
-            pause=lambda: fetcher.pause(tp),
-            resume=lambda: fetcher.resume(tp),
+            gate=lambda gate: fetcher.gate(tp, gate),
             dead_letters=clients.dead_letters,
         )
         self._runners[ref] = runner

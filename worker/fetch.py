@@ -2,11 +2,14 @@
 
 Use case: the worker owns partitions chosen by the coordinator, so the consumer never joins a
 consumer group (no group rebalances ever reach the endpoints). A poll thread owns the consumer:
-it applies queued control operations (assign at an offset, unassign, pause, resume) between
+it applies queued control operations (assign at an offset, unassign, a partition's gate) between
 ``consume()`` calls, so librdkafka is only ever touched by one thread, and hands each batch to
 the event loop with the partition's high watermark (from the fetch response, never ListOffsets).
 
-States of a partition here: assigned (fetching) ⇄ paused (prefetch full) → unassigned.
+States of a partition here: assigned (open) ⇄ held ⇄ paused in librdkafka → unassigned
+(:mod:`ferry.worker.backpressure`). While every assigned partition holds, the thread stops
+consuming: librdkafka fills its bounded queue and stops fetching, and nothing it fetched is thrown
+away, as a pause would.
 
 A topic partition can be assigned once per consumer; when two subscriptions on one worker read
 the same topic partition, the engine gives the second one its own :class:`Fetcher`.
@@ -26,12 +29,17 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ferry import kafka, log
 from ferry.worker import native
+from ferry.worker.backpressure import Gate
 from ferry.worker.push import NO_HEADERS, Record
 
 _log = log.get_logger(__name__)
 TP = tuple[str, int]
 Headers = tuple[tuple[str, bytes | None], ...]
 _HEADER_SETS_MAX = 4096
+QUEUED_MAX_KBYTES = 8 * 1024
+"""librdkafka's ``queued.max.messages.kbytes`` for a fetcher unless the Kafka settings give one."""
+HOLD_WAIT_S = 0.1
+"""How long the thread waits for a control operation while every partition holds."""
 
 
 @dataclass
@@ -43,6 +51,8 @@ class Batch:
 
 
 OnBatch = Callable[["Fetcher", Batch], None]
+Op = tuple[str, TP, int]
+"""A control operation for the poll thread: (name, partition, offset or gate)."""
 Built = tuple[dict[TP, list[Record]], dict[TP, int], list[tuple[str, int, KafkaError]]]
 
 
@@ -125,6 +135,10 @@ class Fetcher:
                 # partitions and 1 MB a worker took in every record however low the bound
                 # (bench/memory.py); 64 KB keeps the overshoot to ~100 KB per partition.
                 "fetch.message.max.bytes": cfg.get("fetch.message.max.bytes", 64 * 1024),
+                # What librdkafka keeps fetched ahead for this consumer (librdkafka: 64 MB). The
+                # queue fills while every partition holds, so this is what a fetcher holds beyond
+                # the partitions' own prefetch bounds.
+                "queued.max.messages.kbytes": cfg.get("queued.max.messages.kbytes", QUEUED_MAX_KBYTES),
             }
         )
         self._cfg = cfg
@@ -133,11 +147,16 @@ class Fetcher:
         self._batch_size = batch_size
         self._header_sets: dict[Headers, Headers] = {}
         self._build = build_batch
-        self._ops: queue.SimpleQueue[tuple[str, TP, int]] = queue.SimpleQueue()
+        self._ops: queue.SimpleQueue[Op] = queue.SimpleQueue()
         self.assigned: set[TP] = set()
         self._running = False
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # One batch at a time on its way to the event loop: the thread consumes the next one only
+        # after the loop took the last, so a partition's gate is decided at most one batch late.
+        self._handed = threading.Semaphore(1)
+        self.held_waits = 0
+        """Times the thread waited because every partition it reads holds (read by tests)."""
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -155,11 +174,9 @@ class Fetcher:
         self.assigned.discard(tp)
         self._ops.put(("unassign", tp, 0))
 
-    def pause(self, tp: TP) -> None:
-        self._ops.put(("pause", tp, 0))
-
-    def resume(self, tp: TP) -> None:
-        self._ops.put(("resume", tp, 0))
+    def gate(self, tp: TP, gate: Gate) -> None:
+        """Open, hold or pause ``tp``'s fetch (:mod:`ferry.worker.backpressure`)."""
+        self._ops.put(("gate", tp, int(gate)))
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Blocking: the poll thread ends its current ``consume()`` and closes the consumer."""
@@ -169,45 +186,80 @@ class Fetcher:
 
     # --- the poll thread -----------------------------------------------------------------
 
-    def _apply(self, consumer: Consumer, live: set[TP]) -> None:
+    def _apply(
+        self, consumer: Consumer, live: set[TP], held: set[TP], paused: set[TP], first: Op | None = None
+    ) -> None:
+        """Apply ``first``, then every queued control operation, in the order they were queued."""
         while True:
-            try:
-                op, (topic, p), offset = self._ops.get_nowait()
-            except queue.Empty:
-                return
-            tp = TopicPartition(topic, p, offset)
+            if first is not None:
+                (op, tp, arg), first = first, None
+            else:
+                try:
+                    op, tp, arg = self._ops.get_nowait()
+                except queue.Empty:
+                    return
             try:
                 if op == "assign":
-                    consumer.incremental_assign([tp])
-                    live.add((topic, p))
-                elif op == "unassign" and (topic, p) in live:
-                    consumer.incremental_unassign([TopicPartition(topic, p)])
-                    live.discard((topic, p))
-                elif op == "pause" and (topic, p) in live:
-                    consumer.pause([TopicPartition(topic, p)])
-                elif op == "resume" and (topic, p) in live:
-                    consumer.resume([TopicPartition(topic, p)])
+                    consumer.incremental_assign([TopicPartition(*tp, arg)])
+                    live.add(tp)
+                    held.discard(tp)  # a partition starts open
+                elif op == "unassign" and tp in live:
+                    consumer.incremental_unassign([TopicPartition(*tp)])
+                    live.discard(tp)
+                    held.discard(tp)
+                    paused.discard(tp)
+                elif op == "gate" and tp in live:
+                    self._gate(consumer, tp, Gate(arg), held, paused)
             except Exception as exc:
-                _log.error("fetch.control_failed", op=op, topic=topic, partition=p, error=str(exc))
+                _log.error("fetch.control_failed", op=op, topic=tp[0], partition=tp[1], error=str(exc))
+
+    @staticmethod
+    def _gate(consumer: Consumer, tp: TP, gate: Gate, held: set[TP], paused: set[TP]) -> None:
+        if gate is Gate.PAUSED and tp not in paused:
+            consumer.pause([TopicPartition(*tp)])
+            paused.add(tp)
+        elif gate is not Gate.PAUSED and tp in paused:
+            consumer.resume([TopicPartition(*tp)])
+            paused.discard(tp)
+        if gate is Gate.OPEN:
+            held.discard(tp)
+        else:
+            held.add(tp)
+
+    def _hand_over(self, batch: Batch) -> None:
+        """On the event loop: the batch to the engine, then the thread may consume the next."""
+        try:
+            self._on_batch(self, batch)
+        finally:
+            self._handed.release()
 
     def _run(self) -> None:
         consumer = kafka.consumer(self._cfg, "fetch")
         live: set[TP] = set()
+        held: set[TP] = set()  # gate HELD or PAUSED
+        paused: set[TP] = set()  # paused in librdkafka
         try:
             while self._running:
-                self._apply(consumer, live)
-                if not live:
+                if not self._handed.acquire(timeout=HOLD_WAIT_S):
+                    continue  # the loop has not taken the last batch yet
+                self._apply(consumer, live, held, paused)
+                if not live or len(held) >= len(live):
+                    # Nothing assigned, or every partition holds: wait for a control operation.
+                    self._handed.release()
+                    self.held_waits += bool(live)
                     try:
-                        op = self._ops.get(timeout=0.1)
+                        op = self._ops.get(timeout=HOLD_WAIT_S)
                     except queue.Empty:
-                        consumer.poll(0)  # nothing assigned: only hands over queued log lines
+                        if not live:
+                            consumer.poll(0)  # nothing assigned: only hands over queued log lines
                         continue
-                    self._ops.put(op)
+                    self._apply(consumer, live, held, paused, first=op)
                     continue
                 # consume() waits out its timeout unless the batch fills: keep it short, or every
                 # partial batch would add that much latency.
                 msgs = consumer.consume(self._batch_size, 0.005)
                 if not msgs:
+                    self._handed.release()
                     continue
                 records, eof, errors = self._build(msgs, self._header_sets)
                 batch = Batch(records, eof)
@@ -221,7 +273,7 @@ class Fetcher:
                     except Exception:  # noqa: S110 - a missing cached watermark only delays the lag figure
                         pass
                 assert self._loop is not None
-                self._loop.call_soon_threadsafe(self._on_batch, self, batch)
+                self._loop.call_soon_threadsafe(self._hand_over, batch)
         except Exception as exc:
             _log.error("fetch.thread_failed", fetcher=self.name, error=str(exc), exc_info=True)
         finally:

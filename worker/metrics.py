@@ -151,6 +151,13 @@ class WorkerMetrics:
             registry=r,
         )
         self.commits = Counter("ferry_offset_commits", "Offset states written.", ["subscription"], registry=r)
+        self.fetch_gates = Counter(
+            "ferry_fetch_gates",
+            "A partition's fetch held (buffer at 5/8 of its prefetch bound), paused (at the bound: librdkafka"
+            " drops what it had fetched for it and fetches it again) or opened again.",
+            ["subscription", "gate"],
+            registry=r,
+        )
         self.owned = Gauge("ferry_partitions_owned", "Partitions this worker owns.", registry=r)
         self.handoff_seconds = Histogram(
             "ferry_handoff_duration_seconds",

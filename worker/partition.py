@@ -2,7 +2,8 @@
 
 Use case: everything a worker does for one (subscription, topic, partition) between acquiring
 and releasing it: feed fetched records through the filter into the ordering window, merge
-acknowledgements into the offset state, pause the fetch when the buffer is full. Records
+acknowledgements into the offset state, slow the fetch down as the buffer fills
+(:mod:`ferry.worker.backpressure`). Records
 already acknowledged before a restore are skipped, never pushed again. What happens between
 the window and the acknowledgement is the partition's :class:`ferry.worker.delivery.Delivery` —
 one record per POST (:class:`ferry.worker.single_delivery.SingleDelivery`) or batches
@@ -26,6 +27,7 @@ from ferry import log
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
 from ferry.worker import admission, durable_retry
+from ferry.worker.backpressure import Gate, next_gate
 from ferry.worker.batch_delivery import BatchDelivery
 from ferry.worker.context import Context
 from ferry.worker.deadletter import DeadLetterSink
@@ -57,8 +59,7 @@ class PartitionRunner:
         epoch: int,
         ctx: Context,
         restored: OffsetState | None,
-        pause: Callable[[], None],
-        resume: Callable[[], None],
+        gate: Callable[[Gate], None],
         dead_letters: DeadLetterSink | None = None,
     ) -> None:
         self.ref = ref
@@ -67,9 +68,8 @@ class PartitionRunner:
         self.sub = sub
         self.epoch = epoch
         self.ctx = ctx
-        self._pause_fetch = pause
-        self._resume_fetch = resume
-        self._fetch_paused = False
+        self._set_gate = gate
+        self._gate = Gate.OPEN
         self.policy = RetryPolicy(sub.retry)
         self.window: Window[Record] = Window(sub.ordering, sub.max_in_flight)
         # Unknown until a restore or the first fetched offset says where this partition starts.
@@ -98,6 +98,7 @@ class PartitionRunner:
         self.m_retried = m.retried.labels(sub.name)
         self._m_dead = m.dead_lettered.labels(sub.name)
         self._m_filtered = m.filtered.labels(sub.name)
+        self._m_gates = {g: m.fetch_gates.labels(sub.name, g.name.lower()) for g in Gate}
         self.admission = admission.for_subscription(sub, ctx.client.cluster, ref.topic, ref.partition)
         self.m_latency = m.push_latency.labels(sub.name)
         self.delivery: Delivery = self._delivery_for(sub)
@@ -203,13 +204,13 @@ class PartitionRunner:
     def pump(self) -> None:
         if not self.closing and self.sub.state == "active":
             self.delivery.pump()
-        full = self.window.pending >= self.ctx.prefetch_records or self.buffered_bytes >= self.ctx.prefetch_bytes
-        if full and not self._fetch_paused:
-            self._fetch_paused = True
-            self._pause_fetch()
-        elif self._fetch_paused and not full and self.window.pending <= self.ctx.prefetch_records // 2:
-            self._fetch_paused = False
-            self._resume_fetch()
+        gate = next_gate(
+            self._gate, self.window.pending, self.buffered_bytes, self.ctx.prefetch_records, self.ctx.prefetch_bytes
+        )
+        if gate is not self._gate:
+            self._gate = gate
+            self._set_gate(gate)
+            self._m_gates[gate].inc()
 
     def start_task(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)

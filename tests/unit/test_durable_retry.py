@@ -169,12 +169,12 @@ def durable_run(keys: list[str], script: dict[str, list[int]], store: Store, rou
 
     async def main() -> None:
         ctx = Context("w1", endpoint, dead, WorkerMetrics(), Lease(), 10_000, 1 << 30, deferrals=store)  # type: ignore[arg-type]
-        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda _: None)
         runner.feed([Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(keys)], len(keys), None)
         await settle(runner, len(keys))
         out["committed"] = runner.merge.committed if runner.merge else None
         out["source"] = (runner.delivered, runner.deferred, runner.retried)
-        retry = PartitionRunner(PartitionRef("s", "s.retry", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        retry = PartitionRunner(PartitionRef("s", "s.retry", 0), sub, 1, ctx, None, lambda _: None)
         fed = 0
         for _ in range(rounds):
             batch = store.copies[fed:]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ferry.subscription import PartitionRef, Subscription, parse
+from ferry.worker.backpressure import Gate
 from ferry.worker.context import Context, Lease
 from ferry.worker.metrics import WorkerMetrics
 from ferry.worker.partition import PartitionRunner
@@ -73,7 +74,7 @@ def run_with(endpoint: Any, keys: list[str], sub_fields: dict[str, Any]) -> tupl
 
     async def main() -> PartitionRunner:
         ctx = Context("w1", endpoint, dead, WorkerMetrics(), Lease(), 10_000, 1 << 30)
-        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda _: None)
         runner.feed([Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(keys)], len(keys), None)
         for _ in range(10_000):  # bounded: until every record is settled
             await asyncio.sleep(0.05)
@@ -141,7 +142,7 @@ def test_the_watermark_waits_for_the_oldest_unacknowledged_record() -> None:
         sub = parse(
             {"name": "s", "topics": ["t"], "endpoint": {"url": "http://e/h"}, "retry": {"initial_backoff_ms": 1000}}
         )
-        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda _: None)
         runner.feed([Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(["slow", "a", "b"])], 3, None)
         await asyncio.sleep(0.5)  # a and b are done; slow waits for its retry
         assert runner.merge is not None
@@ -169,7 +170,7 @@ def test_a_filter_on_the_contiguous_fetch_path_acknowledges_and_counts() -> None
 
     async def main() -> PartitionRunner:
         ctx = Context("w1", endpoint, DeadLetters(), WorkerMetrics(), Lease(), 10_000, 1 << 30)  # type: ignore[arg-type]
-        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda _: None)
         keys = ["eu", "us", "eu-2", "us", "eu", "eu"]
         regions = [b"1", b"1", b"1", b"1", b"x", b"2"]  # offset 4's region is no Integer: an error
         records = [
@@ -200,7 +201,7 @@ def test_delay_ms_holds_each_record_until_its_time_plus_the_delay() -> None:
 
     async def main() -> None:
         ctx = Context("w1", endpoint, DeadLetters(), WorkerMetrics(), Lease(), 10_000, 1 << 30)  # type: ignore[arg-type]
-        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: None, lambda: None)
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda _: None)
         runner.feed([Record("t", 0, 0, b"k", b"v", [], now_ms)], 1, None)
         await asyncio.sleep(1.0)
         holder["early"] = list(endpoint.pushes)
@@ -229,15 +230,13 @@ def test_records_held_until_due_start_on_time_and_hold_no_slot_meanwhile() -> No
         ctx = Context("w1", endpoint, DeadLetters(), WorkerMetrics(), Lease(), 50, 1 << 30)  # type: ignore[arg-type]
         ctx.wall_clock = lambda: epoch + loop.time()  # the virtual clock
         sub = parse({"name": "s", "topics": ["t"], "endpoint": {"url": "http://e/h"}, "ordering": "none"})
-        paused: list[bool] = []
-        runner = PartitionRunner(
-            PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda: paused.append(True), lambda: paused.append(False)
-        )
+        gates: list[Gate] = []
+        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, gates.append)
         # 200 records stamped 10 ms apart, the first now: each may start 5 s after its stamp.
         base_ms = int(epoch * 1000)
         runner.feed([Record("t", 0, i, b"k", b"v", [], base_ms + 10 * i) for i in range(200)], 200, None)
         await asyncio.sleep(4.9)
-        holder["early"] = (len(endpoint.pushes), runner.window.in_flight, paused[:1])
+        holder["early"] = (len(endpoint.pushes), runner.window.in_flight, list(gates))
         most = 0
         for _ in range(400):
             await asyncio.sleep(0.01)
@@ -249,7 +248,7 @@ def test_records_held_until_due_start_on_time_and_hold_no_slot_meanwhile() -> No
         holder["late_ms"] = [round((t - (5.0 + 0.01 * o)) * 1000, 3) for t, _, o, _ in endpoint.pushes]
 
     run(main())
-    assert holder["early"] == (0, 0, [True])  # nothing started, nothing in flight; the fetch paused
+    assert holder["early"] == (0, 0, [Gate.PAUSED])  # nothing started, nothing in flight; the fetch paused
     assert holder["committed"] == 200 and holder["most_in_flight"] <= 3
     assert len(holder["late_ms"]) == 200 and all(0 <= ms < 1 for ms in holder["late_ms"])
 

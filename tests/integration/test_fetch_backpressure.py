@@ -1,0 +1,141 @@
+"""The fetch thread's backpressure against the real broker (worker.fetch + worker.backpressure).
+
+A partition that fills holds instead of pausing, so librdkafka never throws away what it fetched:
+each record is fetched from the broker once (librdkafka's own statistics count what it received),
+handed over once and in order. A held partition whose consumer has nothing open stops being
+consumed; a paused one stops whatever the others do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from collections.abc import Callable
+
+import pytest
+
+from ferry.worker.backpressure import Gate, next_gate
+from ferry.worker.fetch import Batch, Fetcher
+from tests.support.kafka import create_topic, produce
+
+pytestmark = pytest.mark.integration
+
+BOUND = 2000
+
+
+class Stats:
+    """librdkafka's per-partition count of messages it received from the broker."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.received: dict[int, int] = {}
+
+    def __call__(self, raw: str) -> None:
+        parts = json.loads(raw)["topics"].get(self.topic, {}).get("partitions", {})
+        for p, v in parts.items():
+            if int(p) >= 0:
+                self.received[int(p)] = v["rxmsgs"]
+
+
+async def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        await asyncio.sleep(0.01)
+
+
+def fetcher(bootstrap: str, stats: Stats, on_batch: Callable[[Fetcher, Batch], None]) -> Fetcher:
+    config = {"bootstrap.servers": bootstrap, "statistics.interval.ms": 100, "stats_cb": stats}
+    return Fetcher(config, f"test-{secrets.token_hex(3)}", on_batch)
+
+
+def test_a_partition_draining_slower_than_its_fetch_is_fetched_once(kafka_bootstrap: str) -> None:
+    """20,000 records drained 50 at a time: the partition holds and opens again ~20 times, is never
+    paused, and librdkafka receives each record once (a pause would make it fetch again what it had
+    queued: over 100,000 receipts for these records, measured)."""
+    topic, n = f"hold-{secrets.token_hex(3)}", 20_000
+    create_topic(kafka_bootstrap, topic, 1)
+    produce(kafka_bootstrap, topic, ((None, b"x" * 100, 0) for _ in range(n)))
+    stats = Stats(topic)
+    seen: list[int] = []
+    gates: list[Gate] = []
+
+    async def main() -> None:
+        buffer: list[int] = []
+        gate = Gate.OPEN
+
+        def regate(f: Fetcher) -> None:
+            nonlocal gate
+            new = next_gate(gate, len(buffer), 0, BOUND, 1 << 40)
+            if new is not gate:
+                gate = new
+                gates.append(new)
+                f.gate((topic, 0), new)
+
+        def on_batch(f: Fetcher, batch: Batch) -> None:
+            buffer.extend(r.offset for r in batch.records.get((topic, 0), []))
+            regate(f)
+
+        f = fetcher(kafka_bootstrap, stats, on_batch)
+        f.assign((topic, 0), 0)
+        f.start(asyncio.get_running_loop())
+        try:
+            deadline = time.monotonic() + 60
+            while len(seen) < n:
+                assert time.monotonic() < deadline, f"{len(seen)} of {n} records drained in 60 s"
+                await asyncio.sleep(0.001)
+                seen.extend(buffer[:50])
+                del buffer[:50]
+                regate(f)
+            await wait_for(lambda: stats.received.get(0, 0) >= n, 10, "librdkafka's statistics to count every record")
+        finally:
+            await asyncio.to_thread(f.stop)
+
+    asyncio.run(main())
+    assert seen == list(range(n))
+    assert Gate.HELD in gates
+    assert Gate.PAUSED not in gates, "the thread ran more than one batch ahead of the loop"
+    assert stats.received[0] == n
+
+
+def test_every_partition_holding_stops_the_consumer_until_one_opens(kafka_bootstrap: str) -> None:
+    topic, per_partition = f"hold-{secrets.token_hex(3)}", 3000
+    create_topic(kafka_bootstrap, topic, 2)
+    produce(kafka_bootstrap, topic, ((None, b"x" * 100, i % 2) for i in range(2 * per_partition)))
+    stats = Stats(topic)
+    got: dict[int, list[int]] = {0: [], 1: []}
+
+    async def main() -> None:
+        def on_batch(f: Fetcher, batch: Batch) -> None:
+            for (_, p), records in batch.records.items():
+                got[p].extend(r.offset for r in records)
+
+        f = fetcher(kafka_bootstrap, stats, on_batch)
+        for p in (0, 1):
+            f.assign((topic, p), 0)
+            f.gate((topic, p), Gate.HELD)  # queued before the thread starts: applied before any consume()
+        f.start(asyncio.get_running_loop())
+        try:
+            await wait_for(lambda: f.held_waits >= 5, 10, "the thread to wait on its held partitions")
+            assert got == {0: [], 1: []}, "consumed while every partition held"
+
+            # One partition opens: the consumer runs again, and the held one receives records too
+            # (librdkafka has one queue per consumer); paused, it receives no more.
+            f.gate((topic, 0), Gate.OPEN)
+            await wait_for(lambda: len(got[0]) == per_partition, 20, "partition 0 to be consumed")
+            f.gate((topic, 1), Gate.PAUSED)
+            held_at = len(got[1])
+            waits = f.held_waits
+            f.gate((topic, 0), Gate.HELD)
+            await wait_for(lambda: f.held_waits >= waits + 5, 10, "the thread to wait again")
+            assert len(got[1]) <= held_at + 500, "more than the batch under way arrived after the pause"
+
+            f.gate((topic, 1), Gate.OPEN)
+            await wait_for(lambda: len(got[1]) == per_partition, 20, "partition 1 to be consumed after its resume")
+        finally:
+            await asyncio.to_thread(f.stop)
+
+    asyncio.run(main())
+    assert got == {0: list(range(per_partition)), 1: list(range(per_partition))}
