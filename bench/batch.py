@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -170,9 +171,22 @@ def run_worker(tmp: Path, bootstrap: str, topic: str, ep: str, n: int, name: str
             threads[name] = threads.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         busiest = sorted(threads.items(), key=lambda kv: -kv[1])[:4]
         print("worker CPU s by thread (whole run):", ", ".join(f"{k} {v:.1f}" for k, v in busiest))
+        print("partition fetches (whole run):", fetch_gates(port))
         return cpu_seconds(pid) - (cpu_at_first or 0.0), peak
     finally:
         proc.stop()
+
+
+def fetch_gates(port: int) -> str:
+    """How often the worker's partitions held, paused (librdkafka then fetches again what it had
+    queued for them) and opened again, from its metrics."""
+    counts: dict[str, float] = {}
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("ferry_fetch_gates_total{"):
+                gate = line.split('gate="', 1)[1].split('"', 1)[0]
+                counts[gate] = counts.get(gate, 0) + float(line.rsplit(" ", 1)[1])
+    return ", ".join(f"{g} {int(counts.get(g, 0))}" for g in ("held", "paused", "open"))
 
 
 def rate(ep: str, n: int) -> tuple[float, float]:
