@@ -337,7 +337,7 @@ class Engine:
 
     def internal_stats(self) -> dict[str, Any]:
         """The delay store's and the back-check runner's figures on this worker."""
-        return self._client.stats() if isinstance(self._client, Sinks) else {}
+        return self._client.stats() if self.started and isinstance(self._client, Sinks) else {}
 
     # --- offsets -------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """A worker with no ZooKeeper or Kafka to reach waits for them with one line per attempt naming the
-setting and the address (never a traceback) and stops promptly on SIGTERM."""
+setting and the address (never a traceback), answers its health and stats routes meanwhile, and
+stops promptly on SIGTERM."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ferry.devstack import embedded
@@ -23,6 +25,7 @@ pytestmark = pytest.mark.integration
 )
 def test_waits_with_one_line_per_attempt_and_stops_on_sigterm(tmp_path: Path, role: str, setting: str) -> None:
     dead = f"127.0.0.1:{embedded.free_port()}"
+    port = embedded.free_port()
     log = tmp_path / f"{role}.log"
     env = {
         **os.environ,
@@ -30,8 +33,8 @@ def test_waits_with_one_line_per_attempt_and_stops_on_sigterm(tmp_path: Path, ro
         "FERRY_ZK_CONNECT": dead,
         "FERRY_KAFKA_BOOTSTRAP": dead,
         "FERRY_DB_URL": f"sqlite:///{tmp_path}/m.db",
-        "FERRY_WORKER_METRICS_PORT": "0",
-        "FERRY_COORDINATOR_METRICS_PORT": "0",
+        "FERRY_WORKER_METRICS_PORT": str(port),
+        "FERRY_COORDINATOR_METRICS_PORT": str(port),
     }
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -41,6 +44,12 @@ def test_waits_with_one_line_per_attempt_and_stops_on_sigterm(tmp_path: Path, ro
         until(lambda: setting in log.read_text(), timeout_s=40, what=f"a line naming {setting}")
         line = next(x for x in log.read_text().splitlines() if setting in x)
         assert "unreachable" in line and dead in line
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 503
+        if role == "worker":
+            stats = httpx.get(f"http://127.0.0.1:{port}/stats", timeout=5)
+            assert stats.status_code == 200, stats.text
+            assert stats.json()["partitions"] == [] and stats.json()["internal"] == {}
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
