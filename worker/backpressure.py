@@ -40,6 +40,9 @@ above ``RELEASE_AT``, so that a drained partition is open for a while before it 
 RELEASE_AT = 1 / 2
 """Share of the record bound a partition must drain to before its fetch opens again."""
 
+CONSUME_MAX = 500
+"""Records the fetch thread takes from librdkafka at once, at most."""
+
 
 def next_gate(gate: Gate, records: int, size: int, max_records: int, max_bytes: int) -> Gate:
     """The gate for a partition buffering ``records`` records of ``size`` bytes, coming from ``gate``."""
@@ -50,3 +53,12 @@ def next_gate(gate: Gate, records: int, size: int, max_records: int, max_bytes: 
     if gate is Gate.OPEN and (records >= max_records * HOLD_AT or size >= max_bytes * HOLD_AT):
         return Gate.HELD
     return gate
+
+
+def consume_batch(max_records: int) -> int:
+    """How many records the fetch thread may take at once for partitions bounded at ``max_records``.
+
+    The thread hands the loop one batch at a time, so a partition that holds may still receive the
+    batch under way: all of it, if the batch is that partition's. Below the room between the hold
+    and the bound, a lone filling partition holds and is never paused."""
+    return max(1, min(CONSUME_MAX, int(max_records * (1 - HOLD_AT))))

@@ -25,6 +25,7 @@ from ferry.kafka import KafkaUnavailable
 from ferry.offsets import OffsetState
 from ferry.subscription import DEFAULT_CLUSTER, INTERNAL_PREFIX, PartitionRef, Subscription
 from ferry.worker import tracing
+from ferry.worker.backpressure import consume_batch
 from ferry.worker.blocking import close_within
 from ferry.worker.context import Context, Lease
 from ferry.worker.durable_retry import Deferrals
@@ -206,7 +207,8 @@ class Engine:
                 return f
         where = "" if clients.name == DEFAULT_CLUSTER else f"{clients.name}-"
         name = f"{self.worker_id}-{where}{'internal-' if internal else ''}{len(pool)}"
-        f = Fetcher(clients.fetch_config(internal=internal), name, self._on_batch)
+        batch = consume_batch(self.settings.worker.prefetch_records)
+        f = Fetcher(clients.fetch_config(internal=internal), name, self._on_batch, batch_size=batch)
         f.start(asyncio.get_running_loop())
         pool.append(f)
         return f

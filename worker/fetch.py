@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from ferry import kafka, log
 from ferry.worker import native
-from ferry.worker.backpressure import Gate
+from ferry.worker.backpressure import CONSUME_MAX, Gate
 from ferry.worker.push import NO_HEADERS, Record
 
 _log = log.get_logger(__name__)
@@ -118,7 +118,9 @@ build_batch = _native_build() or build_batch_py
 
 
 class Fetcher:
-    def __init__(self, client_config: Mapping[str, Any], name: str, on_batch: OnBatch, batch_size: int = 500) -> None:
+    def __init__(
+        self, client_config: Mapping[str, Any], name: str, on_batch: OnBatch, batch_size: int = CONSUME_MAX
+    ) -> None:
         cfg = dict(client_config)
         cfg.update(
             {

@@ -13,12 +13,16 @@ import json
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from ferry.worker.backpressure import Gate, next_gate
 from ferry.worker.fetch import Batch, Fetcher
+from tests.support.endpoint import EndpointRecorder, Reply
 from tests.support.kafka import create_topic, produce
+from tests.support.wait import until
+from tests.support.worker import static_worker
 
 pytestmark = pytest.mark.integration
 
@@ -139,3 +143,45 @@ def test_every_partition_holding_stops_the_consumer_until_one_opens(kafka_bootst
 
     asyncio.run(main())
     assert got == {0: list(range(per_partition)), 1: list(range(per_partition))}
+
+
+def test_a_stuck_subscription_is_paused_and_does_not_hold_up_another(
+    tmp_path: Path, kafka_bootstrap: str, endpoint: EndpointRecorder
+) -> None:
+    """Two subscriptions on one worker share its consumer. One endpoint stops answering: its
+    partition holds, keeps receiving while the other subscription is consumed, and is paused at its
+    bound. The other subscription's records all arrive meanwhile."""
+    stuck_topic, flowing_topic = f"stuck-{secrets.token_hex(3)}", f"flowing-{secrets.token_hex(3)}"
+    create_topic(kafka_bootstrap, stuck_topic, 1)
+    create_topic(kafka_bootstrap, flowing_topic, 2)
+    produce(kafka_bootstrap, stuck_topic, ((None, f"s{i}".encode(), 0) for i in range(5_000)))
+    n = 10_000
+    produce(kafka_bootstrap, flowing_topic, ((None, f"f{i}".encode(), i % 2) for i in range(n)))
+    endpoint.script = lambda r: Reply(200, delay_s=15) if r.path == "/stuck" else Reply(200)
+    base = f"http://{endpoint.host}:{endpoint.port}"
+    subs = [
+        {"name": "stuck", "topics": [stuck_topic], "endpoint": {"url": f"{base}/stuck", "timeout_ms": 60_000}},
+        {"name": "flowing", "topics": [flowing_topic], "endpoint": {"url": f"{base}/flowing"}, "max_in_flight": 64},
+    ]
+    env = {"FERRY_PREFETCH_RECORDS": "200", "FERRY_DRAIN_TIMEOUT_MS": "1000"}
+    w = static_worker(tmp_path, "w-stuck", kafka_bootstrap, f"__offsets-{secrets.token_hex(3)}", subs, env=env)
+    w.start()
+    try:
+        w.wait_ready(30)
+        endpoint.wait_for(
+            lambda rs: len({r.ce_id for r in rs if r.path == "/flowing"}) >= n, timeout_s=60, what=f"{n} records"
+        )
+        until(
+            lambda: 'subscription="stuck"' in paused_line(w.metrics()), timeout_s=10, what="the stuck partition paused"
+        )
+        stuck = next(p for p in w.stats() if p["subscription"] == "stuck")
+        # At most its bound plus the batch under way when it was paused, besides its pushes.
+        assert stuck["buffered"] <= 200 + 500, stuck
+    finally:
+        w.stop()
+
+
+def paused_line(metrics: str) -> str:
+    return "\n".join(
+        line for line in metrics.splitlines() if line.startswith("ferry_fetch_gates_total{") and 'gate="paused"' in line
+    )

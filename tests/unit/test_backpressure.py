@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.worker.backpressure import Gate, next_gate
+from ferry.worker.backpressure import Gate, consume_batch, next_gate
 
 OPEN, HELD, PAUSED = Gate.OPEN, Gate.HELD, Gate.PAUSED
 MAX_RECORDS, MAX_BYTES = 2000, 1_000_000
@@ -51,3 +51,15 @@ def test_a_fill_and_drain_cycle_passes_every_state_once() -> None:
             changes.append((records, new))
             gate = new
     assert changes == [(1250, HELD), (2000, PAUSED), (1000, OPEN)]
+
+
+@pytest.mark.parametrize(
+    ("max_records", "batch"),
+    [(2000, 500), (1334, 500), (1000, 375), (200, 75), (50, 18), (2, 1), (1, 1)],
+)
+def test_a_consumed_batch_fits_between_the_hold_and_the_bound(max_records: int, batch: int) -> None:
+    assert consume_batch(max_records) == batch
+    # A partition just under its hold level that receives the whole batch stays under its bound.
+    hold_level = -(-max_records * 5 // 8) - 1  # the most records that do not hold yet
+    if max_records > 2:
+        assert next_gate(Gate.OPEN, hold_level + batch, 0, max_records, 1 << 40) is not Gate.PAUSED
