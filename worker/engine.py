@@ -25,7 +25,7 @@ from ferry.kafka import KafkaUnavailable
 from ferry.offsets import OffsetState
 from ferry.subscription import DEFAULT_CLUSTER, INTERNAL_PREFIX, PartitionRef, Subscription
 from ferry.worker import tracing
-from ferry.worker.backpressure import consume_batch
+from ferry.worker.backpressure import Gate, consume_batch
 from ferry.worker.blocking import close_within
 from ferry.worker.context import Context, Lease
 from ferry.worker.durable_retry import Deferrals
@@ -164,15 +164,13 @@ class Engine:
             return
         fetcher = self._fetcher_for(clients, (ref.topic, ref.partition), ref.subscription.startswith(INTERNAL_PREFIX))
         tp = (ref.topic, ref.partition)
-        runner = PartitionRunner(
-            ref,
-            sub,
-            epoch,
-            self._ctx,
-            restored,
-            gate=lambda gate: fetcher.gate(tp, gate),
-            dead_letters=clients.dead_letters,
-        )
+
+        def set_gate(gate: Gate) -> None:
+            # A released runner still draining must not move the fetch of the partition's next owner.
+            if self._routes.get((fetcher.name, tp)) is runner:
+                fetcher.gate(tp, gate)
+
+        runner = PartitionRunner(ref, sub, epoch, self._ctx, restored, gate=set_gate, dead_letters=clients.dead_letters)
         self._runners[ref] = runner
         self._fetch_of[ref] = fetcher
         self._routes[(fetcher.name, tp)] = runner

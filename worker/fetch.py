@@ -132,7 +132,7 @@ class Fetcher:
                 # librdkafka's 1 s default leaves the local queue empty under per-record work.
                 "fetch.queue.backoff.ms": cfg.get("fetch.queue.backoff.ms", 10),
                 # Bytes one fetch may bring per partition (librdkafka: 1 MB; a larger record is still
-                # fetched whole). The prefetch pause acts only after fetches already under way arrived,
+                # fetched whole). A hold or pause acts only after fetches already under way arrived,
                 # so one or two of these per partition overshoot the prefetch bound: with 1,000
                 # partitions and 1 MB a worker took in every record however low the bound
                 # (bench/memory.py); 64 KB keeps the overshoot to ~100 KB per partition.
