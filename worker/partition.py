@@ -342,6 +342,7 @@ class PartitionRunner:
             "lag": max(0, hw - committed) if hw is not None and committed is not None else None,
             "in_flight": self.window.in_flight,
             "buffered": self.window.pending,
+            "fetch": self._gate.name.lower(),
             "acked_ranges": self.merge.gaps if self.merge is not None else 0,
             "stalled_s": round(self._stall.held_s, 1),
             "delivered": self.delivered,

@@ -177,6 +177,7 @@ def test_a_stuck_subscription_is_paused_and_does_not_hold_up_another(
         stuck = next(p for p in w.stats() if p["subscription"] == "stuck")
         # At most its bound plus the batch under way when it was paused, besides its pushes.
         assert stuck["buffered"] <= 200 + 500, stuck
+        assert stuck["fetch"] == "paused", stuck
     finally:
         w.stop()
 
