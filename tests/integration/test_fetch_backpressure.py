@@ -21,7 +21,7 @@ from ferry.worker.backpressure import Gate, next_gate
 from ferry.worker.fetch import Batch, Fetcher
 from tests.support.endpoint import EndpointRecorder, Reply
 from tests.support.kafka import create_topic, produce
-from tests.support.wait import until
+from tests.support.wait import until, until_async
 from tests.support.worker import static_worker
 
 pytestmark = pytest.mark.integration
@@ -41,13 +41,6 @@ class Stats:
         for p, v in parts.items():
             if int(p) >= 0:
                 self.received[int(p)] = v["rxmsgs"]
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        await asyncio.sleep(0.01)
 
 
 def fetcher(bootstrap: str, stats: Stats, on_batch: Callable[[Fetcher, Batch], None]) -> Fetcher:
@@ -93,7 +86,7 @@ def test_a_partition_draining_slower_than_its_fetch_is_fetched_once(kafka_bootst
                 seen.extend(buffer[:50])
                 del buffer[:50]
                 regate(f)
-            await wait_for(lambda: stats.received.get(0, 0) >= n, 10, "librdkafka's statistics to count every record")
+            await until_async(lambda: stats.received.get(0, 0) >= n, 10, "librdkafka to count every record")
         finally:
             await asyncio.to_thread(f.stop)
 
@@ -122,22 +115,22 @@ def test_every_partition_holding_stops_the_consumer_until_one_opens(kafka_bootst
             f.gate((topic, p), Gate.HELD)  # queued before the thread starts: applied before any consume()
         f.start(asyncio.get_running_loop())
         try:
-            await wait_for(lambda: f.held_waits >= 5, 10, "the thread to wait on its held partitions")
+            await until_async(lambda: f.held_waits >= 5, 10, "the thread to wait on its held partitions")
             assert got == {0: [], 1: []}, "consumed while every partition held"
 
             # One partition opens: the consumer runs again, and the held one receives records too
             # (librdkafka has one queue per consumer); paused, it receives no more.
             f.gate((topic, 0), Gate.OPEN)
-            await wait_for(lambda: len(got[0]) == per_partition, 20, "partition 0 to be consumed")
+            await until_async(lambda: len(got[0]) == per_partition, 20, "partition 0 to be consumed")
             f.gate((topic, 1), Gate.PAUSED)
             held_at = len(got[1])
             waits = f.held_waits
             f.gate((topic, 0), Gate.HELD)
-            await wait_for(lambda: f.held_waits >= waits + 5, 10, "the thread to wait again")
+            await until_async(lambda: f.held_waits >= waits + 5, 10, "the thread to wait again")
             assert len(got[1]) <= held_at + 500, "more than the batch under way arrived after the pause"
 
             f.gate((topic, 1), Gate.OPEN)
-            await wait_for(lambda: len(got[1]) == per_partition, 20, "partition 1 to be consumed after its resume")
+            await until_async(lambda: len(got[1]) == per_partition, 20, "partition 1 to be consumed after its resume")
         finally:
             await asyncio.to_thread(f.stop)
 
