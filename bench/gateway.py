@@ -11,6 +11,11 @@ Rows, each loaded by wrk (a separate process, keep-alive, closed loop) with the 
   delivery callback → 200 (acks=all, idempotent, like Ferry's);
 - ``ferry``: ``ferry gateway`` (admin token, no Idempotency-Key).
 
+Beside them, the client floor: the same records produced from Python without HTTP — confluent-kafka's
+``produce()`` with a delivery callback per record (the least a gateway that answers each record's
+offset does), in a process of its own with as many records in flight as wrk's connections carry at
+100 per request. No gateway in Python can go under its CPU per record.
+
 Printed per row: requests/s, records/s, p50/p99 request latency (wrk's), the server's CPU per 1,000
 records. Needs ``wrk`` on PATH (Debian: ``apt-get install wrk``).
 """
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +107,66 @@ def serve_naive(port: int, bootstrap: str) -> None:
     web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
 
 
+def client_floor(bootstrap: str, seconds: float, in_flight: int) -> None:
+    """Produce the 100-record body's records in a closed loop for ``seconds``, ``in_flight`` at most
+    un-acknowledged; print one JSON line: records/s and CPU µs per record (this process, all
+    threads). Producer settings as ``ferry gateway``'s (idempotent, acks=all, linger 1 ms)."""
+    from confluent_kafka import Producer
+
+    records = [(json.dumps({"n": i, "pad": "x" * 80}).encode(), f"k{i}".encode()) for i in range(100)]
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 1})
+    acked = 0
+
+    def done(i: int, err: Any, msg: Any) -> None:
+        nonlocal acked
+        acked += 1
+
+    sent = 0
+    deadline = time.monotonic() + 2  # warm-up, not counted
+    while time.monotonic() < deadline:
+        value, key = records[sent % 100]
+        producer.produce(TOPIC, value, key, on_delivery=partial(done, sent))
+        sent += 1
+        if sent - acked >= in_flight:
+            producer.poll(0.001)
+    producer.flush(30)
+    sent = acked = 0
+    cpu0, started = time.process_time(), time.monotonic()
+    while time.monotonic() - started < seconds:
+        value, key = records[sent % 100]
+        producer.produce(TOPIC, value, key, on_delivery=partial(done, sent))
+        sent += 1
+        if sent - acked >= in_flight:
+            producer.poll(0.001)
+    producer.flush(30)
+    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu0
+    print(json.dumps({"records_s": acked / elapsed, "cpu_us": cpu / max(1, acked) * 1e6}))
+
+
+def run_floor(bootstrap: str, seconds: float, in_flight: int) -> dict[str, float]:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.gateway",
+            "floor",
+            "--bootstrap",
+            bootstrap,
+            "--seconds",
+            str(seconds),
+            "--connections",
+            str(in_flight // 100),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 90,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1]))},
+    ).stdout
+    doc: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return doc
+
+
 # --- the run ---------------------------------------------------------------------------------
 
 
@@ -138,7 +204,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--connections", type=int, default=32)
-    ap.add_argument("role", nargs="?", choices=["trivial", "naive"])
+    ap.add_argument("role", nargs="?", choices=["trivial", "naive", "floor"])
     ap.add_argument("--port", type=int)
     ap.add_argument("--bootstrap")
     a = ap.parse_args()
@@ -147,6 +213,9 @@ def main() -> None:
         return
     if a.role == "naive":
         serve_naive(a.port, a.bootstrap)
+        return
+    if a.role == "floor":
+        client_floor(a.bootstrap, a.seconds, a.connections * 100)
         return
     if shutil.which("wrk") is None:
         sys.exit("bench.gateway needs wrk on PATH (apt-get install wrk)")
@@ -195,6 +264,7 @@ def main() -> None:
                 records = r["rps"] * per_request * a.seconds
                 rows.append((name, per_request, r, 1000 * cpu / max(1.0, records) * 1000))
             proc.stop()
+        floor = run_floor(bootstrap, a.seconds, a.connections * 100)
         print(f"\nbench.gateway: {a.seconds} s per row, wrk -t2 -c{a.connections}, embedded broker, 6 partitions\n")
         head = ("rec/req", "req/s", "records/s", "p50 ms", "p99 ms", "CPU ms/1k rec", "non-2xx")
         widths = (7, 9, 10, 7, 7, 13, 7)
@@ -204,6 +274,10 @@ def main() -> None:
                 f"{name:8} {per:>7} {r['rps']:>9,.0f} {r['rps'] * per:>10,.0f} {r['p50']:>7.2f} {r['p99']:>7.2f} "
                 f"{cpu_ms:>13.1f} {r['errors']:>7.0f}"
             )
+        print(
+            f"{'floor':8} {'':>7} {'':>9} {floor['records_s']:>10,.0f} {'':>7} {'':>7} {floor['cpu_us']:>13.1f}"
+            "   (confluent-kafka produce() + delivery callback per record, no HTTP)"
+        )
         by = {(n, p): r for n, p, r, _ in rows}
         print(
             f"\nferry / naive, 1 record per request: {by[('ferry', 1)]['rps'] / by[('naive', 1)]['rps']:.2f}x; "
@@ -224,7 +298,9 @@ def main() -> None:
                 for per in (1, 100)
             ],
             f"wrk -t2 -c{a.connections} keep-alive; the broker shares the same 2 cores; an aiohttp server "
-            f"alone answers {by[('trivial', 1)]['rps']:,.0f} requests/s here",
+            f"alone answers {by[('trivial', 1)]['rps']:,.0f} requests/s here; confluent-kafka alone (produce() and a "
+            f"delivery callback per record, no HTTP) produces {floor['records_s']:,.0f} records/s at "
+            f"{floor['cpu_us']:.1f} µs of CPU per record",
         )
     finally:
         for p in procs:
