@@ -30,6 +30,7 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 
 from ferry import internal, kafka, log, zkpaths
+from ferry.clock import now_ms
 from ferry.config import Settings
 from ferry.coordinator import starts
 from ferry.coordinator.catalog import Catalog
@@ -124,9 +125,7 @@ class Leader:
             _log.info("leader.stepped_down", coordinator=self.id, term=term)
 
     def _publish_leader(self) -> None:
-        doc = json.dumps(
-            {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "since": int(time.time() * 1000)}
-        )
+        doc = json.dumps({"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "since": now_ms()})
         path = zkpaths.leader(self.cluster)
         try:
             self.zk.create(path, doc.encode(), ephemeral=True, makepath=True)
@@ -340,7 +339,7 @@ class Leader:
             }
             if self._written.get(w) == doc:
                 continue
-            data = json.dumps({"generation": int(time.time() * 1000), **doc}, separators=(",", ":")).encode()
+            data = json.dumps({"generation": now_ms(), **doc}, separators=(",", ":")).encode()
             path = f"{base}/{w}"
             try:
                 self.zk.set(path, data)

@@ -35,6 +35,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from ferry import kafka, txn
+from ferry.clock import now_ms
 from ferry.errors import FerryError
 from ferry.txn_tail import TxnTail
 
@@ -207,7 +208,7 @@ class TxnLog:
             partitions = await asyncio.to_thread(self.ensure)
         nonce = new_nonce()
         partition = secrets.randbelow(partitions)
-        stored = {**entry, "kind": "prepare", "ts": entry.get("ts", int(time.time() * 1000))}  # as written
+        stored = {**entry, "kind": "prepare", "ts": entry.get("ts", now_ms())}  # as written
         offset = await self._produce_async(partition, nonce.encode(), stored)
         txn_id = TxnId(partition, offset, nonce)
         if self._follow:
@@ -262,7 +263,7 @@ class TxnLog:
         entry: Mapping[str, Any],
         on_delivery: Callable[[KafkaError | None, Message], None],
     ) -> bytes:
-        value = encode({**entry, "ts": entry.get("ts", int(time.time() * 1000))})
+        value = encode({**entry, "ts": entry.get("ts", now_ms())})
         try:
             self.producer.produce(self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
         except KafkaException as exc:

@@ -20,6 +20,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ferry import log, txn
+from ferry.clock import now_ms
 from ferry.errors import ValidationError
 from ferry.gateway import records as rq
 from ferry.gateway.idempotency import Conflicting, Idempotency, InProgress
@@ -185,7 +186,7 @@ async def produce_records(request: web.Request) -> web.Response:
         raise ApiError(400, exc.message, exc.field) from None
     _allowed(request, topic)
     doc, raw = await _body(request)
-    now = int(time.time() * 1000)
+    now = now_ms()
     try:
         parsed = rq.parse_request(doc, topic, now)
     except ValidationError as exc:
@@ -202,7 +203,7 @@ async def produce_records(request: web.Request) -> web.Response:
 async def seed_send(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     doc, raw = await _body(request)
-    now = int(time.time() * 1000)
+    now = now_ms()
     try:
         rec = rq.parse_seed(doc, now, request.headers.get("x-delay"))
     except ValidationError as exc:
@@ -257,7 +258,7 @@ async def txn_prepare(request: web.Request) -> web.Response:
         raise ApiError(400, "must be a non-empty list of records, each with its topic", "records")
     if len(doc["records"]) > rq.MAX_RECORDS:
         raise ApiError(400, f"at most {rq.MAX_RECORDS:,} records per transaction", "records")
-    now = int(time.time() * 1000)
+    now = now_ms()
     stored = []
     for i, raw in enumerate(doc["records"]):
         topic = raw.get("topic") if isinstance(raw, dict) else None

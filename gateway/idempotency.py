@@ -40,6 +40,7 @@ import orjson
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from ferry import kafka, log
+from ferry.clock import now_ms
 from ferry.errors import FerryError
 
 _log = log.get_logger(__name__)
@@ -128,7 +129,7 @@ class Idempotency:
         if known is not None:
             return known[0], known[1], True
         claim = secrets.token_hex(8)
-        partition, offset = await self._append(kkey, Entry("claimed", fingerprint, claim, _now_ms()))
+        partition, offset = await self._append(kkey, Entry("claimed", fingerprint, claim, now_ms()))
         await self._until_read(partition, offset)
         entry = self._entries.get(kkey)
         if entry is None or entry.claim != claim:
@@ -136,14 +137,14 @@ class Idempotency:
         try:
             status, body = await run()
         except BaseException:
-            await self._append(kkey, Entry("released", fingerprint, claim, _now_ms()))
+            await self._append(kkey, Entry("released", fingerprint, claim, now_ms()))
             raise
-        await self._append(kkey, Entry("done", fingerprint, claim, _now_ms(), status, body))
+        await self._append(kkey, Entry("done", fingerprint, claim, now_ms(), status, body))
         return status, body, False
 
     def _known(self, kkey: bytes, fingerprint: str) -> tuple[int, dict[str, Any]] | None:
         entry = self._entries.get(kkey)
-        if entry is None or entry.state == "released" or _now_ms() - entry.at_ms > KEEP_MS:
+        if entry is None or entry.state == "released" or now_ms() - entry.at_ms > KEEP_MS:
             return None
         if entry.fingerprint != fingerprint:
             raise Conflicting("this Idempotency-Key was used with another request body in the last 24 h")
@@ -223,7 +224,7 @@ class Idempotency:
             return
         kkey = cast(bytes, msg.key())
         old = self._entries.get(kkey)
-        if old is not None and new.state == "claimed" and old.state != "released" and _now_ms() - old.at_ms < KEEP_MS:
+        if old is not None and new.state == "claimed" and old.state != "released" and now_ms() - old.at_ms < KEEP_MS:
             return
         if old is not None and new.state != "claimed" and new.claim != old.claim and old.state != "released":
             return  # the outcome of a claim that lost
@@ -252,7 +253,3 @@ class Idempotency:
                         return
         finally:
             consumer.close()
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

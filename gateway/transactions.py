@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ferry import log, txn
+from ferry.clock import now_ms
 from ferry.errors import EndpointRefused, ValidationError
 from ferry.gateway.records import Outgoing
 from ferry.netguard import EndpointPolicy, literal_address
@@ -70,7 +71,7 @@ class Transactions:
             "records": [stored_record(r.topic, r.key, r.value, r.headers, r.partition) for r in records],
             "check_url": check_url,
             "timeout_ms": timeout_ms,
-            "ts": int(time.time() * 1000),
+            "ts": now_ms(),
         }
         txn_id = await self.log.prepare_async(entry)
         return {"id": str(txn_id), "state": "prepared"}

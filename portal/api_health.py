@@ -10,8 +10,8 @@ from typing import Any
 from aiohttp import web
 
 from ferry import db
+from ferry.clock import now_ms
 from ferry.portal.history import HISTORY_S, health
-from ferry.portal.history_store import now_ms
 from ferry.portal.http import ENGINE, HISTORY, OPS
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 from aiohttp import web
 
+from ferry.clock import now_ms
 from ferry.portal import internal_view
 from ferry.portal.http import CLUSTER, ApiError
 
@@ -21,7 +21,7 @@ async def transactions(request: web.Request) -> web.Response:
     if state != "prepared":
         raise ApiError(400, "only state=prepared is listed (committed and rolled back ones are final)", "state")
     docs = await asyncio.to_thread(request.app[CLUSTER].worker_docs)
-    return web.json_response(internal_view.transactions(docs, int(time.time() * 1000)))
+    return web.json_response(internal_view.transactions(docs, now_ms()))
 
 
 def routes(app: web.Application) -> None:

@@ -15,10 +15,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from ferry import db, log
+from ferry.clock import now_ms
 from ferry.config import Settings
 from ferry.portal import api_admin, api_health, api_internal, api_ops, api_subscriptions, auth, openapi, ui
 from ferry.portal.cluster import Cluster
-from ferry.portal.history_store import HistoryStore, now_ms
+from ferry.portal.history_store import HistoryStore
 from ferry.portal.http import (
     CLUSTER,
     ENGINE,

@@ -13,7 +13,6 @@ import contextlib
 import copy
 import json
 import threading
-import time
 from collections import deque
 from typing import Any, cast
 
@@ -21,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from ferry import kafka, zkpaths
+from ferry.clock import now_ms
 from ferry.config import Settings
 from ferry.errors import FerryError
 from ferry.offsets import OffsetState, StateTable, encode_key, encode_value
@@ -85,7 +85,7 @@ class Cluster:
 
     def touch_subscriptions(self) -> None:
         path = zkpaths.subscriptions_changed(self.name)
-        data = str(int(time.time() * 1000)).encode()
+        data = str(now_ms()).encode()
         try:
             self.zk.set(path, data)
         except NoNodeError:

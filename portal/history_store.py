@@ -21,7 +21,6 @@ Blocking (SQLAlchemy); the portal calls it in threads.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,11 +34,6 @@ from ferry.subscription import PartitionRef
 
 TOTAL = -1
 """``kafka_partition`` of a subscription's total."""
-
-
-def now_ms() -> int:
-    """The wall clock in epoch ms, as samples are stamped and read."""
-    return int(time.time() * 1000)
 
 
 class HistoryStore:

@@ -27,6 +27,7 @@ from typing import Any, Protocol, cast
 from sqlalchemy.engine import Engine
 
 from ferry import db, log
+from ferry.clock import now_ms
 from ferry.config import Settings
 from ferry.errors import FerryError
 from ferry.offsets import OffsetState
@@ -184,7 +185,7 @@ class Operations:
             else:
                 offset = view.scan(ref.topic, ref.partition, 0, until_ts_ms=int(target))
             epoch = self.cluster.bump_epoch(ref)
-            state = OffsetState(committed=offset, acked=(), epoch=epoch, worker="portal", ts=int(time.time() * 1000))
+            state = OffsetState(committed=offset, acked=(), epoch=epoch, worker="portal", ts=now_ms())
             view.write_state(sub, ref, state)
             row: dict[str, Any] = {"topic": ref.topic, "partition": ref.partition, "committed": offset, "epoch": epoch}
             if ref.cluster != DEFAULT_CLUSTER:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ferry import log
+from ferry.clock import now_ms
 from ferry.config import Settings
 from ferry.kafka import KafkaUnavailable
 from ferry.offsets import OffsetState
@@ -158,7 +159,7 @@ class Engine:
             start = await clients.starts.resolve((ref.topic, ref.partition), start_from)
             if start_from != sub.start_from:
                 _log.info("partition.starts_at_beginning", key=ref.label(), start_from=sub.start_from, offset=start)
-            restored = OffsetState(start, (), epoch, self.worker_id, int(time.time() * 1000))
+            restored = OffsetState(start, (), epoch, self.worker_id, now_ms())
             await clients.store.write(ref, restored, sub.group_id)
         if ref in self._runners:  # acquired meanwhile by a concurrent call
             return

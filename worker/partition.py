@@ -18,12 +18,12 @@ aborting in-flight pushes and writing nothing: another owner may already hold a 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Coroutine
 from operator import attrgetter
 from typing import Any
 
 from ferry import log
+from ferry.clock import now_ms
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
 from ferry.worker import admission, durable_retry
@@ -273,7 +273,7 @@ class PartitionRunner:
             acked=self.merge.acked,
             epoch=self.epoch,
             worker=self.ctx.worker_id,
-            ts=int(time.time() * 1000),
+            ts=now_ms(),
         )
 
     async def release(self, drain_timeout_s: float) -> None:

@@ -22,12 +22,12 @@ import asyncio
 import base64
 import contextlib
 import json
-import time
 import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
 from ferry import delay, internal, log, txn
+from ferry.clock import now_ms
 from ferry.config import Settings
 from ferry.netguard import EndpointPolicy
 from ferry.subscription import Subscription
@@ -45,10 +45,6 @@ CHECK_TIMEOUT_S = 10.0
 
 LEVEL_LEAD_MS = 20
 """A level's record enters the window this long before its level time is up; the sink sleeps the rest."""
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class DelaySink:
@@ -89,7 +85,7 @@ class DelaySink:
     async def push(self, record: Record) -> PushResult:
         try:
             due, target = delay.parse_schedule(list(record.headers))
-            delay.check_delay(due, _now_ms())
+            delay.check_delay(due, now_ms())
         except delay.InvalidSchedule as exc:
             return await self._invalid(record, str(exc))
         marker = object()
@@ -100,7 +96,7 @@ class DelaySink:
                 self._waiting[id(marker)] = due
                 await _sleep_until(record.timestamp_ms + level.delay_ms)
             while True:
-                step = delay.next_step(due, _now_ms())
+                step = delay.next_step(due, now_ms())
                 if step[0] == "hold":
                     self._waiting[id(marker)] = due
                     await _sleep_until(due)
@@ -116,7 +112,7 @@ class DelaySink:
             if step[0] == "deliver":
                 await self._producer.send(target, record.value, record.key, list(record.headers))
                 self.delivered += 1
-                self._lateness(_now_ms() - due)
+                self._lateness(now_ms() - due)
             else:
                 lvl = cast(delay.Level, step[1])
                 topic = lvl.topic(self.delay_topic)
@@ -152,7 +148,7 @@ class DelaySink:
             "invalid": self.invalid,
             "late_p99_ms": p99,
             "waiting_in_memory": len(self._waiting),
-            "next_due": self.next_due(_now_ms()),
+            "next_due": self.next_due(now_ms()),
         }
 
 
@@ -173,7 +169,7 @@ class LevelHold:
 
 
 async def _sleep_until(epoch_ms: int) -> None:
-    wait = (epoch_ms - _now_ms()) / 1000
+    wait = (epoch_ms - now_ms()) / 1000
     if wait > 0:
         await asyncio.sleep(wait)
 
@@ -198,7 +194,7 @@ class TxnSink:
 
     async def append(self, txn_id: str, entry: dict[str, Any]) -> None:
         tid = cast(TxnId, parse_id(txn_id))
-        value = encode({**entry, "id": txn_id, "ts": _now_ms()})
+        value = encode({**entry, "id": txn_id, "ts": now_ms()})
         await self._producer.send(self.txn_topic, value, txn_id.encode(), partition=tid.partition)
 
     async def _ask(self, url: str, body: dict[str, Any]) -> txn.CheckAnswer:

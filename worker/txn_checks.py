@@ -37,12 +37,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ferry import log, txn
+from ferry import clock, log, txn
 
 _log = log.get_logger(__name__)
 
@@ -92,7 +91,7 @@ class CheckRunner:
         *,
         max_checks: int = txn.DEFAULT_MAX_CHECKS,
         grace_ms: int = DEFAULT_GRACE_MS,
-        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        now_ms: Callable[[], int] = clock.now_ms,
     ) -> None:
         self._log = log_
         self._ask = ask

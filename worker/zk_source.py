@@ -45,6 +45,7 @@ from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ferry import log, zkpaths
+from ferry.clock import now_ms
 from ferry.config import Settings
 from ferry.subscription import PartitionRef, Subscription, from_trusted
 from ferry.worker.blocking import in_daemon_thread
@@ -178,7 +179,7 @@ class ZkSource:
             "id": self.worker_id,
             "host": socket.gethostname(),
             "pid": os.getpid(),
-            "since": int(time.time() * 1000),
+            "since": now_ms(),
             "capacity": 1.0,
             "metrics_url": self.metrics_url,
             "zone": self.settings.worker.zone,
@@ -293,7 +294,7 @@ class ZkSource:
                 self.zk.create(epoch_path, b"0", makepath=True)
             raw, stat = self.zk.get(epoch_path)
         epoch = int(raw or b"0") + 1
-        owner = {"worker": self.worker_id, "epoch": epoch, "since": int(time.time() * 1000)}
+        owner = {"worker": self.worker_id, "epoch": epoch, "since": now_ms()}
         tx = self.zk.transaction()
         tx.set_data(epoch_path, str(epoch).encode(), version=stat.version)
         tx.create(owner_path, json.dumps(owner).encode(), ephemeral=True)
@@ -403,7 +404,7 @@ class ZkSource:
                 continue
             doc = json.dumps(
                 {
-                    "ts": int(time.time() * 1000),
+                    "ts": now_ms(),
                     "partitions": self.engine.stats(),
                     "internal": self.engine.internal_stats(),
                     "endpoints": self.engine.endpoint_stats(),

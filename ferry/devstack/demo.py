@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from ferry import log
+from ferry.clock import now_ms
 
 _log = log.get_logger(__name__)
 DEMO_TOPIC = "demo.orders"
@@ -77,7 +78,7 @@ def produce(gateway_url: str, token: str, topic: str, rate: float) -> None:
                 "order_id": i,
                 "customer": customer,
                 "amount": round(rng.uniform(5, 500), 2),
-                "ts": int(time.time() * 1000),
+                "ts": now_ms(),
             }
             batch.append({"key": customer, "value": order, "headers": {"content-type": "application/json"}})
             i += 1

@@ -188,7 +188,7 @@ def test_the_sink_cascades_a_record_through_the_levels_docs_promise(
     def now_ms() -> int:
         return epoch_ms + int(asyncio.get_running_loop().time() * 1000)
 
-    monkeypatch.setattr(sinks, "_now_ms", now_ms)
+    monkeypatch.setattr(sinks, "now_ms", now_ms)
     writes: list[tuple[str, int | None, int]] = []  # (topic, partition, at)
 
     class Producer:
