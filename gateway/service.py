@@ -15,14 +15,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import signal
-from typing import Any, cast
+from typing import Any
 
 from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from ferry import db, log, runtime
 from ferry.config import Settings
-from ferry.gateway.app import Gateway, create_app
+from ferry.gateway.app import Gateway, create_handler
+from ferry.gateway.deadlines import Guarded, GuardedServer
 from ferry.gateway.idempotency import Idempotency
 from ferry.gateway.metrics import GatewayMetrics
 from ferry.gateway.producer import Producer
@@ -33,100 +33,6 @@ from ferry.netguard import EndpointPolicy
 from ferry.txnlog import TxnLog
 
 _log = log.get_logger(__name__)
-
-
-class _ReadClock:
-    """The read deadlines of a server's connections, checked by one timer a tick (a tenth of the
-    read timeout, at most a second): setting a deadline per request is a float, not a timer."""
-
-    def __init__(self) -> None:
-        self.conns: set[_Guarded] = set()
-        self._timer: asyncio.TimerHandle | None = None
-
-    def add(self, conn: _Guarded) -> None:
-        self.conns.add(conn)
-        if self._timer is None:
-            self._schedule()
-
-    def discard(self, conn: _Guarded) -> None:
-        self.conns.discard(conn)
-
-    def _schedule(self) -> None:
-        tick_s = max(0.05, min(1.0, _Guarded.read_timeout_s / 10))
-        self._timer = asyncio.get_running_loop().call_later(tick_s, self._tick)
-
-    def _tick(self) -> None:
-        now = asyncio.get_running_loop().time()
-        for conn in [c for c in self.conns if c.deadline is not None and c.deadline <= now]:
-            conn.too_slow()
-        if self.conns:
-            self._schedule()
-        else:
-            self._timer = None
-
-
-class _Guarded(RequestHandler):
-    """A connection that must bring each request's headers and body within ``read_timeout_s``."""
-
-    read_timeout_s = 10.0
-    clock: _ReadClock
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self.deadline: float | None = None
-        self.arm()
-        self.clock.add(self)
-
-    def arm(self) -> None:
-        self.deadline = asyncio.get_running_loop().time() + self.read_timeout_s
-
-    def disarm(self) -> None:
-        self.deadline = None
-
-    def too_slow(self) -> None:
-        self.deadline = None
-        self.force_close()
-        if self.transport is not None:
-            self.transport.close()
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.clock.discard(self)
-        super().connection_lost(exc)
-
-
-class _Server(web.Server):
-    clock: _ReadClock
-
-    def __call__(self) -> RequestHandler:
-        conn = _Guarded(self, loop=self._loop, **self._kwargs)
-        conn.clock = self.clock
-        return conn
-
-
-class _Runner(web.AppRunner):
-    async def _make_server(self) -> web.Server:
-        server = await super()._make_server()
-        server.__class__ = _Server  # the same server, making guarded connections
-        cast(_Server, server).clock = _ReadClock()
-        return server
-
-
-@web.middleware
-async def read_clock(request: web.Request, handler: Any) -> web.StreamResponse:
-    """The connection's clock, started when it opened or answered its previous request, runs until
-    the whole request — headers and body — is read; it starts again once this one is answered.
-    (A deadline per connection, checked by one timer per server: no timer or task per request.)"""
-    protocol = request.protocol
-    try:
-        if request.body_exists:
-            await request.read()  # a client that stalls here is cut off by the clock
-        if isinstance(protocol, _Guarded):
-            protocol.disarm()
-        response: web.StreamResponse = await handler(request)
-        return response
-    finally:
-        if isinstance(protocol, _Guarded):
-            protocol.arm()
 
 
 def build(settings: Settings) -> Gateway:
@@ -178,15 +84,19 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
         await asyncio.to_thread(gw.idempotency.start, loop)
     if gw.transactions is not None:
         await asyncio.to_thread(gw.transactions.log.ensure)
-    _Guarded.read_timeout_s = settings.gateway.read_timeout_ms / 1000
+    Guarded.read_timeout_s = settings.gateway.read_timeout_ms / 1000
     # As the worker does: what start-up built stays out of every collection, and the young
     # generation is collected every 100,000 allocations, not every 700 (a full collection over a
     # busy gateway's objects was a request's whole latency budget).
     gc.freeze()
     gc.set_threshold(100_000, 10, 10)
-    app = create_app(gw)
-    app.middlewares.append(read_clock)
-    runner = _Runner(app, access_log=None, keepalive_timeout=settings.gateway.read_timeout_ms / 1000)
+    server = GuardedServer(
+        create_handler(gw),
+        max_body_bytes=gw.max_body_bytes,
+        access_log=None,
+        keepalive_timeout=settings.gateway.read_timeout_ms / 1000,
+    )
+    runner = web.ServerRunner(server)
     await runner.setup()
     site = web.TCPSite(runner, settings.gateway.host, settings.gateway.port)
     await site.start()

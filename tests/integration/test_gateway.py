@@ -146,6 +146,22 @@ def test_bad_requests(gateway: ServiceProcess, kafka_bootstrap: str, topic_name:
     assert read(kafka_bootstrap, topic_name) == []
 
 
+def test_paths_and_methods_that_are_not_routes(gateway: ServiceProcess) -> None:
+    with httpx.Client(base_url=url(gateway), timeout=30) as anonymous:
+        unknown_anonymous = anonymous.get("/api/v1/nothing")
+        head = anonymous.head("/healthz")
+    with client(gateway) as c:
+        unknown = c.get("/api/v1/nothing")
+        wrong_method = c.get("/v1/kafka/send")
+        seed_unknown = c.post("/v1/kafka/send/", json={})
+    assert unknown_anonymous.status_code == 401  # no token: nothing more is said
+    assert head.status_code == 200 and head.content == b""
+    assert unknown.status_code == 404 and unknown.json() == {"error": "Not Found", "field": None}
+    assert wrong_method.status_code == 405 and wrong_method.headers["Allow"] == "POST"
+    assert wrong_method.json() == {"code": 405, "message": "Method Not Allowed"}  # the seed route's errors
+    assert seed_unknown.status_code == 404
+
+
 def test_tokens_and_topic_patterns(gateway: ServiceProcess, kafka_bootstrap: str, db_url: str, topic_name: str) -> None:
     create_topic(kafka_bootstrap, topic_name, 1)
     create_topic(kafka_bootstrap, f"{topic_name}.audit", 1)

@@ -1,0 +1,75 @@
+"""The gateway's router: every path and method of the API, and what is not one (404, 405)."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+
+from ferry.gateway import app
+from ferry.gateway.openapi import OPENAPI
+
+ROUTES = [
+    ("POST", "/api/v1/topics/orders/records", app.produce_records, "orders"),
+    ("POST", "/api/v1/topics/a.b-c_d/records", app.produce_records, "a.b-c_d"),
+    ("POST", "/api/v1/topics/a/b/records", app.produce_records, "a/b"),  # refused by the handler: 400 topic
+    ("POST", "/api/v1/topics/records/records", app.produce_records, "records"),
+    ("POST", "/v1/kafka/send", app.seed_send, ""),
+    ("POST", "/api/v1/transactions", app.txn_prepare, ""),
+    ("GET", "/api/v1/transactions/3.17.00ff00ff00ff00ff", app.txn_get, "3.17.00ff00ff00ff00ff"),
+    ("POST", "/api/v1/transactions/3.17.00ff00ff00ff00ff/commit", app.txn_commit, "3.17.00ff00ff00ff00ff"),
+    ("POST", "/api/v1/transactions/x/rollback", app.txn_rollback, "x"),
+    ("GET", "/healthz", app.healthz, ""),
+    ("HEAD", "/healthz", app.healthz, ""),
+    ("GET", "/metrics", app.metrics, ""),
+    ("GET", "/api/v1/openapi.json", app.openapi, ""),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "route", "param"), ROUTES)
+def test_routes(method: str, path: str, route: app.Route, param: str) -> None:
+    assert app._route(method, path) == (route, param)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/api/v1/topics//records",
+        "/api/v1/topics/records",
+        "/api/v1/topics/orders",
+        "/api/v1/topics/orders/records/",
+        "/api/v1/transactions/",
+        "/api/v1/transactions/x/",
+        "/api/v1/transactions/x/abort",
+        "/api/v1/transactions/x/commit/again",
+        "/healthz/",
+        "/v1/kafka/send/",
+    ],
+)
+def test_unknown_paths_are_404(path: str) -> None:
+    with pytest.raises(web.HTTPNotFound):
+        app._route("POST", path)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("GET", "/api/v1/topics/orders/records", {"POST"}),
+        ("PUT", "/v1/kafka/send", {"POST"}),
+        ("POST", "/healthz", {"GET", "HEAD"}),
+        ("DELETE", "/api/v1/transactions/x", {"GET", "HEAD"}),
+        ("GET", "/api/v1/transactions/x/commit", {"POST"}),
+    ],
+)
+def test_wrong_methods_are_405_with_allow(method: str, path: str, allow: set[str]) -> None:
+    with pytest.raises(web.HTTPMethodNotAllowed) as raised:
+        app._route(method, path)
+    assert set(raised.value.headers["Allow"].split(",")) == allow
+
+
+def test_every_path_of_the_openapi_document_is_routed() -> None:
+    for template, operations in OPENAPI["paths"].items():
+        path = template.replace("{topic}", "orders").replace("{id}", "1.2.00ff00ff00ff00ff")
+        for method in operations:
+            route, _ = app._route(method.upper(), path)
+            assert route is not None, (method, template)
