@@ -5,8 +5,8 @@
 Rows, each loaded by wrk (a separate process, keep-alive, closed loop) with the same requests, at
 1 and at 100 records per request, on the embedded broker:
 
-- ``trivial``: an aiohttp server on uvloop (as ``ferry gateway`` runs) answering 200 to the same
-  requests without Kafka — the ceiling of an aiohttp service on this machine;
+- ``trivial``: aiohttp's low-level server on uvloop (as ``ferry gateway`` runs) answering 200 to
+  the same requests without Kafka — the ceiling of an aiohttp service on this machine;
 - ``naive``: the obvious gateway — aiohttp handler → ``produce()`` per record → await each
   delivery callback → 200 (acks=all, idempotent, like Ferry's);
 - ``ferry``: ``ferry gateway`` (admin token, no Idempotency-Key).
@@ -55,17 +55,21 @@ COLUMNS = [
 
 
 def serve_trivial(port: int) -> None:
+    import uvloop
     from aiohttp import web
 
-    async def handle(request: web.Request) -> web.Response:
+    async def handle(request: web.BaseRequest) -> web.Response:
         body = await request.json()
         return web.json_response({"results": [{"partition": 0, "offset": 0} for _ in body["records"]]})
 
-    import uvloop
+    async def serve() -> None:
+        # aiohttp's low-level server, as `ferry gateway` runs (no web.Application, no router)
+        runner = web.ServerRunner(web.Server(handle, access_log=None))  # bodies here are far under 1 MiB
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        await asyncio.Event().wait()
 
-    app = web.Application(client_max_size=64 * 1024 * 1024)
-    app.router.add_post("/api/v1/topics/{topic}/records", handle)
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None, loop=uvloop.new_event_loop())
+    uvloop.run(serve())
 
 
 def serve_naive(port: int, bootstrap: str) -> None:
