@@ -125,24 +125,21 @@ def client_floor(bootstrap: str, seconds: float, in_flight: int) -> None:
         nonlocal acked
         acked += 1
 
-    sent = 0
-    deadline = time.monotonic() + 2  # warm-up, not counted
-    while time.monotonic() < deadline:
-        value, key = records[sent % 100]
-        producer.produce(TOPIC, value, key, on_delivery=partial(done, sent))
-        sent += 1
-        if sent - acked >= in_flight:
-            producer.poll(0.001)
-    producer.flush(30)
-    sent = acked = 0
+    def closed_loop(for_s: float) -> None:
+        sent = 0
+        deadline = time.monotonic() + for_s
+        while time.monotonic() < deadline:
+            value, key = records[sent % 100]
+            producer.produce(TOPIC, value, key, on_delivery=partial(done, sent))
+            sent += 1
+            if sent - acked >= in_flight:
+                producer.poll(0.001)
+        producer.flush(30)
+
+    closed_loop(2)  # warm-up, not counted
+    acked = 0
     cpu0, started = time.process_time(), time.monotonic()
-    while time.monotonic() - started < seconds:
-        value, key = records[sent % 100]
-        producer.produce(TOPIC, value, key, on_delivery=partial(done, sent))
-        sent += 1
-        if sent - acked >= in_flight:
-            producer.poll(0.001)
-    producer.flush(30)
+    closed_loop(seconds)
     elapsed, cpu = time.monotonic() - started, time.process_time() - cpu0
     print(json.dumps({"records_s": acked / elapsed, "cpu_us": cpu / max(1, acked) * 1e6}))
 
