@@ -21,6 +21,7 @@ from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractStreamWriter
+from aiohttp.http import HttpVersion11
 from aiohttp.http_parser import RawRequestMessage
 from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
@@ -112,7 +113,15 @@ class GuardedServer(web.Server):
 
 async def read_request(request: web.BaseRequest) -> None:
     """Read the whole request under its connection's clock, then stop the clock (the caller
-    restarts it with :func:`answered` once the request is answered)."""
+    restarts it with :func:`answered` once the request is answered). A client that sent
+    ``Expect: 100-continue`` is told to send its body now (the caller has checked the headers:
+    a refused request is answered before its body is sent); any other expectation is a 417."""
+    expect = request.headers.get("Expect")
+    if expect is not None and request.version == HttpVersion11:
+        if expect.lower() != "100-continue":
+            raise web.HTTPExpectationFailed(reason=f"Expect: {expect[:40]} is not supported (only 100-continue)")
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # the answer proper has not started
     if request.body_exists:
         await request.read()  # a client that stalls here is cut off by the clock
     protocol = request.protocol

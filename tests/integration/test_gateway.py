@@ -5,6 +5,8 @@ and every answer has the shape of docs/contract.md §9."""
 from __future__ import annotations
 
 import base64
+import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -160,6 +162,41 @@ def test_paths_and_methods_that_are_not_routes(gateway: ServiceProcess) -> None:
     assert wrong_method.status_code == 405 and wrong_method.headers["Allow"] == "POST"
     assert wrong_method.json() == {"code": 405, "message": "Method Not Allowed"}  # the seed route's errors
     assert seed_unknown.status_code == 404
+
+
+def _expecting(gateway: ServiceProcess, path: str, token: str, body: bytes, expect: str) -> tuple[bytes, bytes]:
+    """Send a request's headers with ``Expect``; what the gateway says before the body is sent,
+    and (when it invited the body) its answer after."""
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: gateway\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nExpect: {expect}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(head.encode())
+        first = sock.recv(65536)
+        if not first.startswith(b"HTTP/1.1 100 "):
+            return first, b""
+        sock.sendall(body)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            assert chunk, answer
+            answer += chunk
+        return first, answer
+
+
+def test_expect_100_continue(gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str) -> None:
+    create_topic(kafka_bootstrap, topic_name, 1)
+    path = f"/api/v1/topics/{topic_name}/records"
+    body = json.dumps({"records": [{"value": "x" * 5_000}]}).encode()
+    invited, answer = _expecting(gateway, path, ADMIN, body, "100-continue")
+    refused, _ = _expecting(gateway, path, "nope", body, "100-continue")  # answered before its body
+    unknown, _ = _expecting(gateway, path, ADMIN, body, "something-else")
+    assert invited.startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 ") and b'"offset":0' in answer
+    assert refused.startswith(b"HTTP/1.1 401 ")
+    assert unknown.startswith(b"HTTP/1.1 417 ") and b"100-continue" in unknown
+    assert len(read(kafka_bootstrap, topic_name)) == 1
 
 
 def test_tokens_and_topic_patterns(gateway: ServiceProcess, kafka_bootstrap: str, db_url: str, topic_name: str) -> None:
