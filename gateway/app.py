@@ -134,14 +134,10 @@ async def _authenticate(gw: Gateway, request: web.BaseRequest) -> Principal:
     return principal
 
 
-async def _body(gw: Gateway, request: web.BaseRequest) -> tuple[Any, bytes]:
-    limit = gw.max_body_bytes
-    if request.content_length is not None and request.content_length > limit:
-        raise ApiError(413, f"the body is over FERRY_MAX_BODY_BYTES ({limit:,} bytes)")
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise ApiError(413, f"the body is over FERRY_MAX_BODY_BYTES ({limit:,} bytes)") from None
+async def _body(request: web.BaseRequest) -> tuple[Any, bytes]:
+    """The request's JSON body. It was read, within the body limit, before the route ran
+    (:func:`ferry.gateway.deadlines.read_request`; a body over it is the handler's 413)."""
+    raw = await request.read()  # the bytes already read
     try:
         return orjson.loads(raw), raw
     except orjson.JSONDecodeError as exc:
@@ -198,7 +194,7 @@ async def produce_records(gw: Gateway, request: web.BaseRequest, topic: str) -> 
     except ValidationError as exc:
         raise ApiError(400, exc.message, exc.field) from None
     _allowed(request, topic)
-    doc, raw = await _body(gw, request)
+    doc, raw = await _body(request)
     now = now_ms()
     try:
         parsed = rq.parse_request(doc, topic, now)
@@ -214,7 +210,7 @@ async def produce_records(gw: Gateway, request: web.BaseRequest, topic: str) -> 
 
 
 async def seed_send(gw: Gateway, request: web.BaseRequest, _: str) -> web.Response:
-    doc, raw = await _body(gw, request)
+    doc, raw = await _body(request)
     now = now_ms()
     try:
         rec = rq.parse_seed(doc, now, request.headers.get("x-delay"))
@@ -264,7 +260,7 @@ def _txns(gw: Gateway) -> Transactions:
 
 
 async def txn_prepare(gw: Gateway, request: web.BaseRequest, __: str) -> web.Response:
-    doc, _ = await _body(gw, request)
+    doc, _ = await _body(request)
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list) or not doc["records"]:
         raise ApiError(400, "must be a non-empty list of records, each with its topic", "records")
     if len(doc["records"]) > rq.MAX_RECORDS:
