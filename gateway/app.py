@@ -348,6 +348,8 @@ _FIXED: dict[str, dict[str, Route]] = {
 }
 _TOPIC = ("/api/v1/topics/", "/records")  # POST /api/v1/topics/{topic}/records
 _TXN = "/api/v1/transactions/"  # GET …/{id}, POST …/{id}/commit, POST …/{id}/rollback
+_TOPIC_ROUTES: dict[str, Route] = {"POST": produce_records}
+_TXN_GET: dict[str, Route] = {"GET": txn_get}
 _TXN_VERBS: dict[str, dict[str, Route]] = {"commit": {"POST": txn_commit}, "rollback": {"POST": txn_rollback}}
 
 
@@ -357,10 +359,10 @@ def _route(method: str, path: str) -> tuple[Route, str]:
     if routes is None:
         head, tail = _TOPIC
         if path.startswith(head) and path.endswith(tail) and len(path) > len(head) + len(tail):
-            routes, param = {"POST": produce_records}, path[len(head) : -len(tail)]
+            routes, param = _TOPIC_ROUTES, path[len(head) : -len(tail)]
         elif path.startswith(_TXN):
             param, slash, verb = path[len(_TXN) :].partition("/")
-            routes = (_TXN_VERBS.get(verb) if slash else {"GET": txn_get}) if param else None
+            routes = (_TXN_VERBS.get(verb) if slash else _TXN_GET) if param else None
     if routes is None:
         raise web.HTTPNotFound()
     route = routes.get("GET" if method == "HEAD" else method)
