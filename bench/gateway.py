@@ -42,6 +42,13 @@ from ferry.devstack import embedded
 
 TOKEN = "bench-token"
 TOPIC = "bench.gateway"
+
+
+def request_records(n: int) -> list[dict[str, Any]]:
+    """The records of an ``n``-record request, as every row and the client floor send them."""
+    return [{"key": f"k{i}", "value": {"n": i, "pad": "x" * 80}} for i in range(n)]
+
+
 COLUMNS = [
     "records per request",
     "naive gateway records/s",
@@ -117,7 +124,10 @@ def client_floor(bootstrap: str, seconds: float, in_flight: int) -> None:
     threads). Producer settings as ``ferry gateway``'s (idempotent, acks=all, linger 1 ms)."""
     from confluent_kafka import Producer
 
-    records = [(json.dumps({"n": i, "pad": "x" * 80}).encode(), f"k{i}".encode()) for i in range(100)]
+    # Each record as the gateway writes it: key, and the value's compact JSON text.
+    sent_records = [
+        (json.dumps(r["value"], separators=(",", ":")).encode(), r["key"].encode()) for r in request_records(100)
+    ]
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all", "linger.ms": 1})
     acked = 0
 
@@ -129,7 +139,7 @@ def client_floor(bootstrap: str, seconds: float, in_flight: int) -> None:
         sent = 0
         deadline = time.monotonic() + for_s
         while time.monotonic() < deadline:
-            value, key = records[sent % 100]
+            value, key = sent_records[sent % 100]
             producer.produce(TOPIC, value, key, on_delivery=partial(done, sent))
             sent += 1
             if sent - acked >= in_flight:
@@ -144,7 +154,7 @@ def client_floor(bootstrap: str, seconds: float, in_flight: int) -> None:
     print(json.dumps({"records_s": acked / elapsed, "cpu_us": cpu / max(1, acked) * 1e6}))
 
 
-def run_floor(bootstrap: str, seconds: float, in_flight: int) -> dict[str, float]:
+def run_floor(bootstrap: str, seconds: float, in_flight: int, env: dict[str, str]) -> dict[str, float]:
     out = subprocess.run(
         [
             sys.executable,
@@ -162,7 +172,7 @@ def run_floor(bootstrap: str, seconds: float, in_flight: int) -> dict[str, float
         text=True,
         timeout=seconds + 90,
         check=True,
-        env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1]))},
+        env={**os.environ, **env},
     ).stdout
     doc: dict[str, float] = json.loads(out.strip().splitlines()[-1])
     return doc
@@ -254,9 +264,7 @@ def main() -> None:
             time.sleep(1)
             url = f"http://127.0.0.1:{port}/api/v1/topics/{TOPIC}/records"
             for per_request in (1, 100):
-                body = json.dumps(
-                    {"records": [{"key": f"k{i}", "value": {"n": i, "pad": "x" * 80}} for i in range(per_request)]}
-                )
+                body = json.dumps({"records": request_records(per_request)})
                 wrk(url, body, 2, a.connections, work)  # warm-up
                 assert proc.proc is not None
                 cpu0 = cpu_seconds(proc.proc.pid)
@@ -265,7 +273,7 @@ def main() -> None:
                 records = r["rps"] * per_request * a.seconds
                 rows.append((name, per_request, r, 1000 * cpu / max(1.0, records) * 1000))
             proc.stop()
-        floor = run_floor(bootstrap, a.seconds, a.connections * 100)
+        floor = run_floor(bootstrap, a.seconds, a.connections * 100, env)
         print(f"\nbench.gateway: {a.seconds} s per row, wrk -t2 -c{a.connections}, embedded broker, 6 partitions\n")
         head = ("rec/req", "req/s", "records/s", "p50 ms", "p99 ms", "CPU ms/1k rec", "non-2xx")
         widths = (7, 9, 10, 7, 7, 13, 7)
