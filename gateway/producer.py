@@ -8,7 +8,10 @@ idempotent: a retried produce inside librdkafka never duplicates or reorders a p
 How it stays fast and bounded:
 
 - Records of all concurrent requests go into one librdkafka producer, which batches them per
-  partition (``linger.ms``): there is no flush per request.
+  partition (``linger.ms``): there is no flush per request. A request's consecutive records for
+  one topic with neither headers nor a chosen partition are queued in one call
+  (``produce_batch``), which costs librdkafka about half the CPU per record of one ``produce()``
+  each; the partitioner, the order and each record's acknowledgement are the same.
 - One thread polls the producer; a request's acknowledgements are collected into one list and the
   requests completed by a poll are handed to the event loop in one call: no future, no wake-up per
   record.
@@ -55,6 +58,11 @@ Ack = tuple[KafkaError | None, int, int]
 """One record's acknowledgement: (error or None, partition, offset)."""
 
 
+def _size(msg: dict[str, Any]) -> int:
+    """A record's bytes in the producer's queue, as :attr:`Outgoing.size` counts them."""
+    return len(msg["key"] or b"") + len(msg["value"] or b"") + 64
+
+
 class _Pending:
     """One request's records in the producer: filled in by librdkafka's callbacks; done when it is
     ``sealed`` (every record queued) and ``left`` (queued, not yet settled) is 0."""
@@ -99,6 +107,9 @@ class Producer:
             "error_cb": self._on_error,
         }
         self._p = kafka.producer(self._config, "gateway")
+        # A record this large may be refused by librdkafka (message.max.bytes): it is sent alone,
+        # so that a refusal stops the request there and no record after it is queued.
+        self._run_max = int(self._config.get("message.max.bytes", 1_000_000))
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -143,47 +154,54 @@ class Producer:
         on_ack = self._on_ack
         queued = queued_bytes = 0
         pending.left = len(items)  # until sealed, the records not queued count too: no early finish
+        run: list[dict[str, Any]] = []  # consecutive plain records for one topic, sent in one call
+        run_topic = ""
+        run_bytes = 0
+        batching = len(items) > 1  # one record is cheaper sent on its own
         with self._swap:
-            produce = self._p.produce
+            producer = self._p
             for i, (rec, topic, size) in enumerate(items):
-                if self.in_flight_bytes + queued_bytes + size > self.max_in_flight_bytes and (
-                    self.in_flight_bytes + queued_bytes > 0
+                if self.in_flight_bytes + queued_bytes + run_bytes + size > self.max_in_flight_bytes and (
+                    self.in_flight_bytes + queued_bytes + run_bytes > 0
                 ):
                     busy = Busy(
-                        f"the gateway holds {self.in_flight_bytes + queued_bytes:,} bytes not yet acknowledged "
-                        f"by Kafka (FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES={self.max_in_flight_bytes:,}); retry shortly"
+                        f"the gateway holds {self.in_flight_bytes + queued_bytes + run_bytes:,} bytes not yet "
+                        f"acknowledged by Kafka (FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES={self.max_in_flight_bytes:,}); "
+                        "retry shortly"
                     )
                     break
+                if batching and not rec.headers and rec.partition is None and size <= self._run_max:
+                    if run and topic != run_topic:
+                        n, n_bytes, busy = self._send_run(producer, run_topic, run)
+                        queued, queued_bytes, run, run_bytes = queued + n, queued_bytes + n_bytes, [], 0
+                        if busy is not None:
+                            break
+                    run.append({"value": rec.value, "key": rec.key, "callback": partial(on_ack, pending, i)})
+                    run_topic = topic
+                    run_bytes += size
+                    continue
+                if run:
+                    n, n_bytes, busy = self._send_run(producer, run_topic, run)
+                    queued, queued_bytes, run, run_bytes = queued + n, queued_bytes + n_bytes, [], 0
+                    if busy is not None:
+                        break
                 try:
-                    if rec.partition is None:
-                        produce(
-                            topic,
-                            rec.value,
-                            rec.key,
-                            headers=cast(Any, rec.headers),
-                            on_delivery=partial(on_ack, pending, i),
-                        )
-                    else:
-                        produce(
-                            topic,
-                            rec.value,
-                            rec.key,
-                            partition=rec.partition,
-                            headers=cast(Any, rec.headers),
-                            on_delivery=partial(on_ack, pending, i),
-                        )
-                except BufferError:
-                    busy = Busy("the gateway's Kafka queue is full; retry shortly")
-                    break
-                except KafkaException as exc:
-                    err = exc.args[0] if exc.args else None
-                    if isinstance(err, KafkaError) and err.fatal():
-                        self._rebuild = True
-                    why = err.str() if isinstance(err, KafkaError) else exc
-                    busy = Busy(f"Kafka refused the record now ({why}); retry")
+                    producer.produce(
+                        topic,
+                        rec.value,
+                        rec.key,
+                        partition=-1 if rec.partition is None else rec.partition,
+                        headers=cast(Any, rec.headers),
+                        on_delivery=partial(on_ack, pending, i),
+                    )
+                except (BufferError, KafkaException) as exc:
+                    busy = self._refused(exc)
                     break
                 queued += 1
                 queued_bytes += size
+            if run:  # the records before a refusal of the bound are still sent
+                n, n_bytes, refused = self._send_run(producer, run_topic, run)
+                queued, queued_bytes, busy = queued + n, queued_bytes + n_bytes, refused or busy
         self.in_flight_bytes += queued_bytes
         pending.size = queued_bytes
         with self._acked_lock:
@@ -193,6 +211,45 @@ class Producer:
         if settled:
             self._settle([pending])
         return pending.fut, busy
+
+    def _send_run(self, producer: Any, topic: str, run: list[dict[str, Any]]) -> tuple[int, int, Busy | None]:
+        """Queue a run of plain records in one call. Returns how many were queued, their bytes,
+        and the :class:`Busy` for the first record Kafka refused, if any (a refused record's
+        callback is never called; the caller sends nothing after the run). Runs hold no record
+        librdkafka would refuse for its size, and the bytes bound refuses long before its queue is
+        full, so a refusal inside a run is a fatal producer error, which refuses the rest too."""
+        if len(run) == 1:
+            msg = run[0]
+            try:
+                producer.produce(topic, msg["value"], msg["key"], on_delivery=msg["callback"])
+            except (BufferError, KafkaException) as exc:
+                return 0, 0, self._refused(exc)
+            return 1, _size(msg), None
+        producer.produce_batch(topic, run)
+        busy: Busy | None = None
+        n = n_bytes = 0
+        for msg in run:
+            err = msg.get("_error")
+            if err is None:
+                n += 1
+                n_bytes += _size(msg)
+            elif busy is None:
+                busy = self._refused(KafkaException(err))
+        return n, n_bytes, busy
+
+    def _refused(self, exc: BufferError | KafkaException) -> Busy:
+        """Why a record could not be queued, as the request's answer says it (and a fatal error of
+        the idempotent producer marks it for replacement)."""
+        if isinstance(exc, BufferError):
+            return Busy("the gateway's Kafka queue is full; retry shortly")
+        err = exc.args[0] if exc.args else None
+        if isinstance(err, KafkaError):
+            if err.code() == KafkaError._QUEUE_FULL:
+                return Busy("the gateway's Kafka queue is full; retry shortly")
+            if err.fatal():
+                self._rebuild = True
+        why = err.str() if isinstance(err, KafkaError) else exc
+        return Busy(f"Kafka refused the record now ({why}); retry")
 
     def _on_ack(self, pending: _Pending, i: int, err: KafkaError | None, msg: Message) -> None:
         """(Whichever thread serves librdkafka's callbacks: the poll thread, or close's flush.)"""
