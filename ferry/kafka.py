@@ -116,6 +116,19 @@ def partition_counts(
 TP = tuple[str, int]
 
 
+def consume_ready(consumer: Consumer, max_messages: int, timeout_s: float) -> list[Message]:
+    """Up to ``max_messages`` messages (and partition events): waits at most ``timeout_s`` for the
+    first, then takes what has arrived without waiting. ``consume(n, timeout)`` instead waits out
+    its whole timeout unless ``n`` messages come, which adds that timeout to every read of a quiet
+    topic (a reader waiting for one entry to come back)."""
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    if max_messages <= 1:
+        return [first]
+    return [first, *consumer.consume(max_messages - 1, 0)]
+
+
 def read_partitions_to_end(
     consumer: Consumer,
     starts: Mapping[TP, int],
@@ -164,8 +177,7 @@ def read_partitions_to_end(
                     # Assigning replaces the whole assignment: the others go on from where they are.
                     going = consumer.position([TopicPartition(t, p) for t, p in waiting - quiet])
                     consumer.assign([*(TopicPartition(t, p, OFFSET_BEGINNING) for t, p in waiting & quiet), *going])
-            # consume() waits out its timeout unless the batch fills: short, so reaching the end is quick.
-            for msg in consumer.consume(1000, 0.01):
+            for msg in consume_ready(consumer, 1000, 0.05):
                 tp = (cast(str, msg.topic()), cast(int, msg.partition()))
                 err = msg.error()
                 if err is not None:

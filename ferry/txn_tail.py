@@ -33,8 +33,8 @@ from ferry import kafka, log
 _log = log.get_logger(__name__)
 MAX_TRANSACTIONS = 50_000
 MAX_BYTES = 64 * 1024 * 1024
-POLL_S = 0.005
-"""consume() waits this long unless its batch fills."""
+POLL_S = 0.1
+"""How long the following thread waits for a new entry before it looks whether it should stop."""
 
 
 class TxnTail:
@@ -71,7 +71,7 @@ class TxnTail:
     def _run(self) -> None:
         while self._running:
             try:
-                msgs = self._consumer.consume(500, POLL_S)
+                msgs = kafka.consume_ready(self._consumer, 500, POLL_S)
             except Exception as exc:  # a broken consumer: readers fall back to reading the log
                 _log.warning("txn_tail.consume_failed", topic=self.topic, error=str(exc))
                 continue

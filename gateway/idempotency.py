@@ -238,7 +238,7 @@ class Idempotency:
         consumer.assign([TopicPartition(self.topic, p, o) for p, o in self._positions.items()])
         try:
             while not self._stop.is_set():
-                msgs = consumer.consume(1000, 0.05)
+                msgs = kafka.consume_ready(consumer, 1000, 0.05)
                 touched = False
                 for msg in msgs:
                     if msg.error() is not None:

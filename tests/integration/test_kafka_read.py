@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
 from ferry import kafka
 from tests.support.kafka import create_topic, produce
@@ -95,3 +95,20 @@ def test_portal_ends_and_starts(kafka_bootstrap: str, topic: str) -> None:
     assert p.flush(15) == 0
     assert cluster.scan(topic, 1, 0, until_ts_ms=now_ms + 30_000) == 5  # the first record at or after it
     assert cluster.scan(topic, 1, 0, until_ts_ms=now_ms + 120_000) == 6  # none: the end
+
+
+def test_consume_ready_takes_what_came_without_waiting_out_its_timeout(reader: Consumer, topic: str) -> None:
+    """``consume(n, timeout)`` waits its whole timeout unless ``n`` messages come; a reader waiting
+    for one entry must not (the live views of the gateway read their own writes back this way)."""
+    reader.assign([TopicPartition(topic, 0, 0), TopicPartition(topic, 1, 0)])
+    values: list[bytes] = []
+    started = time.monotonic()
+    deadline = started + 30
+    while len(values) < 20 and time.monotonic() < deadline:
+        values += [m.value() for m in kafka.consume_ready(reader, 1000, 20.0) if m.error() is None]
+    assert sorted(values) == sorted(f"v{i}".encode() for i in range(20))
+    assert time.monotonic() - started < 10  # far below one 20 s timeout: no call waited its timeout out
+    empty_started = time.monotonic()
+    while (m := kafka.consume_ready(reader, 1000, 0.2)) and time.monotonic() - empty_started < 5:
+        assert all(x.error() is not None for x in m)  # only end-of-partition events are left
+    assert kafka.consume_ready(reader, 1000, 0.2) == []
