@@ -121,10 +121,12 @@ class TxnLog:
         timeout_s: float = 10.0,
         follow: bool = False,
         follow_wait_ms: int = 10,
+        linger_ms: int = 1,
     ) -> None:
         """``follow``: keep a live view of the log (:mod:`ferry.txn_tail`) so that reads of
         transactions prepared since need no read of the log (the gateway's setting); its fetches
-        may wait ``follow_wait_ms`` for new entries."""
+        may wait ``follow_wait_ms`` for new entries. ``linger_ms``: how long the producer waits to
+        fill a batch (every step of a transaction waits for one write)."""
         self._config = dict(client_config)
         self._follow = follow
         self._follow_wait_ms = follow_wait_ms
@@ -132,7 +134,7 @@ class TxnLog:
         self.topic = topic
         self.timeout_s = timeout_s
         self.producer = kafka.producer(
-            {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": 2}, "txn-log"
+            {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": linger_ms}, "txn-log"
         )
         self._own: OrderedDict[str, dict[str, Any]] = OrderedDict()
         # Acknowledgements for async writers, handed to their loops after each poll.

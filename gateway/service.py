@@ -48,7 +48,9 @@ def build(settings: Settings) -> Gateway:
     engine = db.make_engine(settings.database.url)
     # The two live views (transactions, idempotency keys) fetch with the operator's latency knob.
     wait_ms = settings.kafka.fetch_wait_max_ms
-    txn_log = TxnLog(kafka_config, topic=settings.kafka.txn_topic, follow=True, follow_wait_ms=wait_ms)
+    txn_log = TxnLog(
+        kafka_config, topic=settings.kafka.txn_topic, follow=True, follow_wait_ms=wait_ms, linger_ms=g.linger_ms
+    )
 
     async def write(txn_id: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return await txn_log.write_records_async(txn_id, records, g.produce_timeout_ms / 1000)
