@@ -223,6 +223,18 @@ class TxnLog:
         """:meth:`append` without a thread: awaits the acknowledgement."""
         return await self._produce_async(txn_id.partition, str(txn_id).encode(), {**entry, "id": str(txn_id)})
 
+    async def decide_async(
+        self, txn_id: TxnId, entry: Mapping[str, Any]
+    ) -> tuple[txn.Txn | None, dict[str, Any] | None]:
+        """Append a decision of ``txn_id`` and fold the transaction as the log holds it up to and
+        including that decision, so that the first decision there stands. The entries before it
+        are read (from the live view, once it has read up to the decision); the decision itself
+        is folded as written, without waiting to read it back."""
+        stored = {**entry, "id": str(txn_id), "ts": entry.get("ts", now_ms())}
+        at = await self._produce_async(txn_id.partition, str(txn_id).encode(), stored)
+        before = await self._entries_async(txn_id, at - 1)
+        return _fold(str(txn_id), [*before, stored])
+
     def append_soon(self, txn_id: TxnId, entry: Mapping[str, Any]) -> asyncio.Task[int]:
         """:meth:`append_async` for a caller that need not wait: the entry is queued in the producer
         before this returns (a graceful close flushes it), and the task gives its offset."""
@@ -369,6 +381,11 @@ class TxnLog:
     def _read_log(self, txn_id: TxnId, up_to: int | None) -> tuple[txn.Txn | None, dict[str, Any] | None]:
         """Blocking: the transaction folded from its partition of the log itself, read from its
         prepare to ``up_to`` (or the end)."""
+        return _fold(str(txn_id), self._read_entries(txn_id, up_to))
+
+    def _read_entries(self, txn_id: TxnId, up_to: int | None) -> list[dict[str, Any]]:
+        """Blocking: the transaction's entries in its partition of the log itself, from its
+        prepare to ``up_to`` (or the end)."""
         me = str(txn_id)
         entries: list[dict[str, Any]] = []
         later_key = me.encode()
@@ -398,13 +415,17 @@ class TxnLog:
             raise TxnLogError(f"cannot read the transaction log {self.topic!r}: {exc}") from None
         finally:
             self._readers.put(reader)
-        return _fold(me, entries)
+        return entries
 
     async def read_async(
         self, txn_id: TxnId, up_to: int | None = None, *, recent: bool = False
     ) -> tuple[txn.Txn | None, dict[str, Any] | None]:
         """:meth:`read`, answered by the live view without a thread when it can vouch for the
         transaction; else the log is read in a thread."""
+        return _fold(str(txn_id), await self._entries_async(txn_id, up_to, recent=recent))
+
+    async def _entries_async(self, txn_id: TxnId, up_to: int | None, *, recent: bool = False) -> list[dict[str, Any]]:
+        """The transaction's entries, as :meth:`read_async` folds them."""
         me = str(txn_id)
         if self._follow and self._tail is None:
             await asyncio.to_thread(self.ensure)  # a replica that only commits starts its view on its first read
@@ -412,12 +433,12 @@ class TxnLog:
         if own is not None and self._tail is not None and not self._tail.has_read(txn_id.partition, txn_id.offset):
             # Prepared here a moment ago and not yet seen by the view: nothing else can be known of
             # it yet, and a recent read may be that far behind (a decision re-reads up to itself).
-            return _fold(me, [dict(own)])
+            return [dict(own)]
         if self._tail is not None and (up_to is not None or recent):
             raw = await self._tail.entries_async(txn_id.partition, txn_id.offset, me, up_to, self.timeout_s / 2)
             if raw is not None:
-                return _fold(me, [e for e in map(_decode, raw) if e is not None])
-        return await asyncio.to_thread(self._read_log, txn_id, up_to)  # the view already had its wait
+                return [e for e in map(_decode, raw) if e is not None]
+        return await asyncio.to_thread(self._read_entries, txn_id, up_to)  # the view already had its wait
 
 
 def _run_all(calls: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:

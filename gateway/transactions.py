@@ -90,8 +90,7 @@ class Transactions:
         mine = False
         if answer == "append":
             eid = new_nonce()
-            at = await self.log.append_async(tid, {"kind": "commit", "by": "producer", "eid": eid})
-            state, prepare = await self.log.read_async(tid, at)
+            state, prepare = await self.log.decide_async(tid, {"kind": "commit", "by": "producer", "eid": eid})
             answer = txn.decide(state, "commit", raw_id)  # the first decision in the log stands
             mine = state is not None and state.decided_by == eid
         if answer == "finish" and not mine:
@@ -135,8 +134,7 @@ class Transactions:
         state, _ = await self.log.read_async(tid, recent=True)
         answer = txn.decide(state, "rollback", raw_id)
         if answer == "append":
-            at = await self.log.append_async(tid, {"kind": "rollback", "reason": "producer"})
-            state, _ = await self.log.read_async(tid, at)
+            state, _ = await self.log.decide_async(tid, {"kind": "rollback", "reason": "producer"})
             txn.decide(state, "rollback", raw_id)  # raises Conflict when a commit was logged first
         return {"id": raw_id, "state": "rolled_back"}
 

@@ -136,6 +136,33 @@ def test_the_async_path_holds_no_thread_and_agrees_with_the_log(
     assert {h["h"] for _, h in seen} == {b"x"}
 
 
+def test_a_decision_folds_what_came_before_it_and_itself(log: TxnLog, kafka_bootstrap: str) -> None:
+    """decide_async: the first decision in the log stands, whether this writer's is first (folded
+    as written, without reading it back) or another writer's came before it."""
+    import asyncio
+
+    from ferry.txnlog import TxnLog as Log
+
+    other = Log({"bootstrap.servers": kafka_bootstrap}, topic=log.topic)  # another replica, no view
+
+    async def main() -> tuple[object, object, object]:
+        a = await log.prepare_async({"records": [], "check_url": "http://x/c", "timeout_ms": 60_000})
+        mine, _ = await log.decide_async(a, {"kind": "commit", "by": "producer", "eid": "mine"})
+        b = await log.prepare_async({"records": [], "check_url": "http://x/c", "timeout_ms": 60_000})
+        await asyncio.to_thread(other.append, b, {"kind": "rollback", "reason": "producer"})
+        lost, _ = await log.decide_async(b, {"kind": "commit", "by": "producer", "eid": "late"})
+        after, _ = await asyncio.to_thread(log.read, a)
+        return mine, lost, after
+
+    try:
+        mine, lost, after = asyncio.run(main())
+    finally:
+        other.close()
+    assert (getattr(mine, "state", None), getattr(mine, "decided_by", None)) == ("committing", "mine")
+    assert getattr(lost, "state", None) == "rolled_back"
+    assert (getattr(after, "state", None), getattr(after, "decided_by", None)) == ("committing", "mine")
+
+
 @pytest.mark.parametrize(("wait_ms", "at_least", "at_most"), [(10, 60, 400), (500, 1, 12)])
 def test_an_idle_live_view_fetches_as_often_as_its_wait_allows(
     kafka_bootstrap: str, topic_name: str, wait_ms: int, at_least: int, at_most: int
