@@ -86,8 +86,11 @@ class Idempotency:
         self._positions: dict[int, int] = {}  # partition → next offset the tail will read
         self._changed: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Requests waiting for the tail to pass an offset: (partition, offset, future); loop thread only.
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._poller: threading.Thread | None = None
         self._partitions = PARTITIONS
         self._producer = kafka.producer(
             {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": 1}, "gateway-idempotency"
@@ -112,13 +115,16 @@ class Idempotency:
         self._positions = {p: end for (_, p), end in ends.items()}
         self._thread = threading.Thread(target=self._tail, name="ferry-gateway-idempotency", daemon=True)
         self._thread.start()
+        self._poller = threading.Thread(target=self._poll, name="ferry-gateway-idempotency-poll", daemon=True)
+        self._poller.start()
         _log.info("gateway.idempotency_loaded", keys=len(self._entries), topic=self.topic)
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(5)
         self._producer.flush(5)
+        self._stop.set()
+        for thread in (self._thread, self._poller):
+            if thread is not None:
+                thread.join(5)
 
     # --- one request --------------------------------------------------------------------------
 
@@ -157,13 +163,13 @@ class Idempotency:
         assert self._changed is not None
         deadline = time.monotonic() + self.wait_s
         while time.monotonic() < deadline:
+            self._changed.clear()  # before looking: a change from now on wakes the wait below
             known = self._known(kkey, fingerprint)
             if known is not None:
                 return known[0], known[1], True
             entry = self._entries.get(kkey)
             if entry is None or entry.state == "released":
                 raise InProgress("the earlier request with this Idempotency-Key wrote nothing; retry it")
-            self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), timeout=max(0.0, deadline - time.monotonic()))
             except TimeoutError:
@@ -198,21 +204,30 @@ class Idempotency:
             }
         )
         self._producer.produce(self.topic, key=kkey, value=value, on_delivery=on_delivery)
-        self._producer.poll(0)
-        while not done.done():
-            await asyncio.sleep(0.001)
-            self._producer.poll(0)
-        return await done
+        return await done  # the poll thread serves the acknowledgement
 
     async def _until_read(self, partition: int, offset: int) -> None:
+        """Wait until the tail has read ``offset`` of ``partition`` (woken by the tail, no polling)."""
+        if self._positions.get(partition, 0) > offset:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (partition, offset, waiter)
+        self._waiters.append(entry)
+        try:
+            await asyncio.wait_for(waiter, self.wait_s)
+        except TimeoutError:
+            raise InProgress("the gateway could not read its own claim back in time; retry") from None
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(entry)
+
+    def _advanced(self) -> None:
+        """(Loop thread, after the tail took entries.) Wake whoever waits for them."""
         assert self._changed is not None
-        deadline = time.monotonic() + self.wait_s
-        while self._positions.get(partition, 0) <= offset:
-            if time.monotonic() > deadline:
-                raise InProgress("the gateway could not read its own claim back in time; retry")
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), timeout=0.05)
+        self._changed.set()
+        for partition, offset, waiter in self._waiters:
+            if self._positions.get(partition, 0) > offset and not waiter.done():
+                waiter.set_result(None)
 
     def _take(self, msg: Message) -> None:
         """One record of the topic (tail thread, or the load at start): the latest entry per key,
@@ -246,10 +261,15 @@ class Idempotency:
                     self._take(msg)
                     self._positions[cast(int, msg.partition())] = cast(int, msg.offset()) + 1
                     touched = True
-                if touched and self._loop is not None and self._changed is not None:
+                if touched and self._loop is not None:
                     try:
-                        self._loop.call_soon_threadsafe(self._changed.set)
+                        self._loop.call_soon_threadsafe(self._advanced)
                     except RuntimeError:
                         return
         finally:
             consumer.close()
+
+    def _poll(self) -> None:
+        """Serve the producer's acknowledgements (each hands its result to the loop)."""
+        while not self._stop.is_set():
+            self._producer.poll(0.05)
