@@ -9,7 +9,9 @@ Rows, each loaded by wrk (a separate process, keep-alive, closed loop) with the 
   the same requests without Kafka — the ceiling of an aiohttp service on this machine;
 - ``naive``: the obvious gateway — aiohttp handler → ``produce()`` per record → await each
   delivery callback → 200 (acks=all, idempotent, like Ferry's);
-- ``ferry``: ``ferry gateway`` (admin token, no Idempotency-Key).
+- ``ferry``: ``ferry gateway`` (admin token, no Idempotency-Key);
+- ``ferry+key``: the same at 1 record per request, each request with an ``Idempotency-Key`` of its
+  own (the cost of safe retries: two more writes and a read of the keys' topic per request).
 
 Beside them, the client floor: the same records produced from Python without HTTP — confluent-kafka's
 ``produce()`` with a delivery callback per record (the least a gateway that answers each record's
@@ -188,10 +190,27 @@ wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Authorization"] = "Bearer {token}"
 """
 
+KEYED = """
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("thread_id", threads)
+end
+local sent = 0
+function request()
+  sent = sent + 1
+  wrk.headers["Idempotency-Key"] = "{run}-" .. thread_id .. "-" .. sent
+  return wrk.format()
+end
+"""
 
-def wrk(url: str, body: str, seconds: int, connections: int, workdir: Path) -> dict[str, float]:
+
+def wrk(url: str, body: str, seconds: int, connections: int, workdir: Path, keyed: bool = False) -> dict[str, float]:
+    """One wrk run; ``keyed``: every request with an Idempotency-Key never used before."""
     script = workdir / "post.lua"
-    script.write_text(LUA.format(body=body, token=TOKEN))
+    script.write_text(
+        LUA.format(body=body, token=TOKEN) + (KEYED.replace("{run}", os.urandom(6).hex()) if keyed else "")
+    )
     out = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
         capture_output=True,
@@ -263,31 +282,39 @@ def main() -> None:
             proc.wait_ready(60)
             time.sleep(1)
             url = f"http://127.0.0.1:{port}/api/v1/topics/{TOPIC}/records"
-            for per_request in (1, 100):
+            runs = [(name, 1, False), (name, 100, False)] + ([("ferry+key", 1, True)] if name == "ferry" else [])
+            for row, per_request, keyed in runs:
                 body = json.dumps({"records": request_records(per_request)})
-                wrk(url, body, 2, a.connections, work)  # warm-up
+                wrk(url, body, 2, a.connections, work, keyed)  # warm-up
                 assert proc.proc is not None
                 cpu0 = cpu_seconds(proc.proc.pid)
-                r = wrk(url, body, a.seconds, a.connections, work)
+                r = wrk(url, body, a.seconds, a.connections, work, keyed)
                 cpu = cpu_seconds(proc.proc.pid) - cpu0
                 records = r["rps"] * per_request * a.seconds
-                rows.append((name, per_request, r, 1000 * cpu / max(1.0, records) * 1000))
+                rows.append((row, per_request, r, 1000 * cpu / max(1.0, records) * 1000))
             proc.stop()
         floor = run_floor(bootstrap, a.seconds, a.connections * 100, env)
         print(f"\nbench.gateway: {a.seconds} s per row, wrk -t2 -c{a.connections}, embedded broker, 6 partitions\n")
         head = ("rec/req", "req/s", "records/s", "p50 ms", "p99 ms", "CPU ms/1k rec", "non-2xx")
         widths = (7, 9, 10, 7, 7, 13, 7)
-        print(f"{'server':8} " + " ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
+        print(f"{'server':9} " + " ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
         for name, per, r, cpu_ms in rows:
             print(
-                f"{name:8} {per:>7} {r['rps']:>9,.0f} {r['rps'] * per:>10,.0f} {r['p50']:>7.2f} {r['p99']:>7.2f} "
+                f"{name:9} {per:>7} {r['rps']:>9,.0f} {r['rps'] * per:>10,.0f} {r['p50']:>7.2f} {r['p99']:>7.2f} "
                 f"{cpu_ms:>13.1f} {r['errors']:>7.0f}"
             )
         print(
-            f"{'floor':8} {'':>7} {'':>9} {floor['records_s']:>10,.0f} {'':>7} {'':>7} {floor['cpu_us']:>13.1f}"
+            f"{'floor':9} {'':>7} {'':>9} {floor['records_s']:>10,.0f} {'':>7} {'':>7} {floor['cpu_us']:>13.1f}"
             "   (confluent-kafka produce() + delivery callback per record, no HTTP)"
         )
         by = {(n, p): r for n, p, r, _ in rows}
+        cpu_by = {(n, p): cpu for n, p, _, cpu in rows}
+        keyed_cpu_ms, plain_cpu_ms = cpu_by[("ferry+key", 1)], cpu_by[("ferry", 1)]
+        with_key, without_key = by[("ferry+key", 1)], by[("ferry", 1)]
+        print(
+            f"Idempotency-Key on every request (1 record): {with_key['rps'] / without_key['rps']:.2f}x the requests/s, "
+            f"p50 {with_key['p50']:.1f} against {without_key['p50']:.1f} ms"
+        )
         print(
             f"\nferry / naive, 1 record per request: {by[('ferry', 1)]['rps'] / by[('naive', 1)]['rps']:.2f}x; "
             f"100 per request: {by[('ferry', 100)]['rps'] / by[('naive', 100)]['rps']:.2f}x"
@@ -309,7 +336,10 @@ def main() -> None:
             f"wrk -t2 -c{a.connections} keep-alive; the broker shares the same 2 cores; an aiohttp server "
             f"alone answers {by[('trivial', 1)]['rps']:,.0f} requests/s here; confluent-kafka alone (produce() and a "
             f"delivery callback per record, no HTTP) produces {floor['records_s']:,.0f} records/s at "
-            f"{floor['cpu_us']:.1f} µs of CPU per record",
+            f"{floor['cpu_us']:.1f} µs of CPU per record; one record per request with an Idempotency-Key of its "
+            f"own: {with_key['rps']:,.0f} requests/s, p50 {with_key['p50']:.1f} ms "
+            f"(without: {without_key['p50']:.1f} ms), {keyed_cpu_ms:.0f} against {plain_cpu_ms:.0f} ms of gateway "
+            "CPU per 1,000 requests",
         )
     finally:
         for p in procs:
