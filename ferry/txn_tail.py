@@ -1,7 +1,7 @@
 """A gateway's live view of the transaction log: every entry since it started, by transaction.
 
 Use case: a commit reads its transaction from the log twice (its state, then — after appending the
-decision — every entry up to that decision, so that the first decision in the log stands). Reading
+decision — every entry before that decision, so that the first decision in the log stands). Reading
 a partition to its end costs a fetch round trip (~20 ms) and a consumer for the time. One
 consumer per gateway instead follows
 every partition of the log from where it was when the gateway started; a read then waits only until

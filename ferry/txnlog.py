@@ -432,7 +432,7 @@ class TxnLog:
         own = self._own.pop(me, None) if recent else None
         if own is not None and self._tail is not None and not self._tail.has_read(txn_id.partition, txn_id.offset):
             # Prepared here a moment ago and not yet seen by the view: nothing else can be known of
-            # it yet, and a recent read may be that far behind (a decision re-reads up to itself).
+            # it yet, and a recent read may be that far behind (a decision reads what came before it).
             return [dict(own)]
         if self._tail is not None and (up_to is not None or recent):
             raw = await self._tail.entries_async(txn_id.partition, txn_id.offset, me, up_to, self.timeout_s / 2)
