@@ -191,7 +191,8 @@ class Idempotency:
                 else:
                     done.set_exception(FerryError(f"cannot write to {self.topic!r}: {err.str()}"))
 
-            loop.call_soon_threadsafe(settle)
+            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+                loop.call_soon_threadsafe(settle)
 
         value = orjson.dumps(
             {
