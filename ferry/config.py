@@ -226,9 +226,13 @@ class WorkerSettings:
     final offset writes then get half of it (1–10 s). See "Shutdown" below."""
     offset_flush_interval_ms: int = setting("FERRY_OFFSET_FLUSH_INTERVAL_MS", 500)
     """How often each partition's offset state is written to the offsets topic."""
-    prefetch_records: int = setting("FERRY_PREFETCH_RECORDS", 2_000)
-    """Records fetched ahead per partition. At 5/8 of it the partition's fetch holds, at the bound
-    it is paused (see "Backpressure" below)."""
+    prefetch_records: int = setting("FERRY_PREFETCH_RECORDS", 20_000)
+    """Records fetched ahead per partition, at most. At 5/8 of a partition's bound its fetch holds,
+    at the bound it is paused (see "Backpressure" below)."""
+    prefetch_budget_records: int = setting("FERRY_PREFETCH_BUDGET_RECORDS", 240_000)
+    """Records fetched ahead by the whole worker: each partition's bound is at most this divided by
+    the partitions the worker owns (never below 100), so few partitions fetch deep and many do not
+    multiply memory."""
     prefetch_bytes: int = setting("FERRY_PREFETCH_BYTES", 16 * 1024 * 1024)
     """Bytes fetched ahead per partition; holds and pauses as ``FERRY_PREFETCH_RECORDS`` does."""
     prefetch_budget_bytes: int = setting("FERRY_PREFETCH_BUDGET_BYTES", 128 * 1024 * 1024)
@@ -400,6 +404,7 @@ def _validate(s: Settings) -> None:
     positive("FERRY_PREFETCH_RECORDS", s.worker.prefetch_records)
     positive("FERRY_PREFETCH_BYTES", s.worker.prefetch_bytes)
     positive("FERRY_PREFETCH_BUDGET_BYTES", s.worker.prefetch_budget_bytes)
+    positive("FERRY_PREFETCH_BUDGET_RECORDS", s.worker.prefetch_budget_records)
     positive("FERRY_SUBSCRIPTION_POLL_MS", s.coordinator.subscription_poll_ms)
     positive("FERRY_TOPIC_POLL_MS", s.coordinator.topic_poll_ms)
     positive("FERRY_MAX_BODY_BYTES", s.portal.max_body_bytes)

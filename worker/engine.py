@@ -40,6 +40,7 @@ from ferry.worker.sinks import Sinks
 
 _log = log.get_logger(__name__)
 MIN_PREFETCH_BYTES = 64 * 1024
+MIN_PREFETCH_RECORDS = 100
 MIN_FINAL_WRITE_MS = 1_000
 MAX_FINAL_WRITE_MS = 10_000
 CLOSE_GRACE_S = 2.0
@@ -61,6 +62,14 @@ def prefetch_bytes_per_partition(per_partition: int, budget: int, owned: int) ->
     """Each partition's prefetch bound: the per-partition setting, but at most an even share of the
     worker's budget, so a worker owning a thousand partitions holds no more than one owning ten."""
     return max(MIN_PREFETCH_BYTES, min(per_partition, budget // max(1, owned)))
+
+
+def prefetch_records_per_partition(per_partition: int, budget: int, owned: int) -> int:
+    """Each partition's record bound: an even share of the worker's record budget, at most the
+    per-partition setting and never below 100 records (unless the setting itself is lower). A
+    worker with few partitions fetches deep, so their fetches stay large; one owning a thousand
+    holds no more records than one owning twelve."""
+    return min(per_partition, max(MIN_PREFETCH_RECORDS, budget // max(1, owned)))
 
 
 class Engine:
@@ -113,7 +122,9 @@ class Engine:
             dead_letters=default.dead_letters,
             metrics=self.metrics,
             lease=self._lease,
-            prefetch_records=self.settings.worker.prefetch_records,
+            prefetch_records=prefetch_records_per_partition(
+                self.settings.worker.prefetch_records, self.settings.worker.prefetch_budget_records, 0
+            ),
             prefetch_bytes=self.settings.worker.prefetch_bytes,
             gates=Gates(on_new=self._export_gate),
             deferrals=(
@@ -190,9 +201,15 @@ class Engine:
 
     def _owned_changed(self) -> None:
         w = self.settings.worker
-        self._ctx.prefetch_bytes = prefetch_bytes_per_partition(
-            w.prefetch_bytes, w.prefetch_budget_bytes, len(self._runners)
-        )
+        owned = len(self._runners)
+        ctx = self._ctx
+        ctx.prefetch_bytes = prefetch_bytes_per_partition(w.prefetch_bytes, w.prefetch_budget_bytes, owned)
+        ctx.prefetch_records = prefetch_records_per_partition(w.prefetch_records, w.prefetch_budget_records, owned)
+        # A fetcher's batch must stay below the room between a partition's hold and its bound.
+        batch = consume_batch(ctx.prefetch_records)
+        for clients in self._clusters.values():
+            for f in (*clients.fetchers, *clients.internal_fetchers):
+                f.batch_size = batch
         self.metrics.owned.set(len(self._runners))
 
     def _fetcher_for(self, clients: ClusterClients, tp: TP, internal: bool = False) -> Fetcher:
@@ -206,7 +223,7 @@ class Engine:
                 return f
         where = "" if clients.name == DEFAULT_CLUSTER else f"{clients.name}-"
         name = f"{self.worker_id}-{where}{'internal-' if internal else ''}{len(pool)}"
-        batch = consume_batch(self.settings.worker.prefetch_records)
+        batch = consume_batch(self._ctx.prefetch_records)
         f = Fetcher(clients.fetch_config(internal=internal), name, self._on_batch, batch_size=batch)
         f.start(asyncio.get_running_loop())
         pool.append(f)

@@ -146,7 +146,8 @@ class Fetcher:
         self._cfg = cfg
         self.name = name
         self._on_batch = on_batch
-        self._batch_size = batch_size
+        self.batch_size = batch_size
+        """Records taken per consume; the engine lowers it as the partitions' record bound shrinks."""
         self._header_sets: dict[Headers, Headers] = {}
         self._build = build_batch
         self._ops: queue.SimpleQueue[Op] = queue.SimpleQueue()
@@ -259,7 +260,7 @@ class Fetcher:
                     continue
                 # consume() waits out its timeout unless the batch fills: keep it short, or every
                 # partial batch would add that much latency.
-                msgs = consumer.consume(self._batch_size, 0.005)
+                msgs = consumer.consume(self.batch_size, 0.005)
                 if not msgs:
                     self._handed.release()
                     continue

@@ -179,3 +179,45 @@ def paused_line(metrics: str) -> str:
     return "\n".join(
         line for line in metrics.splitlines() if line.startswith("ferry_fetch_gates_total{") and 'gate="paused"' in line
     )
+
+
+def test_partitions_share_the_worker_record_budget(
+    tmp_path: Path, kafka_bootstrap: str, endpoint: EndpointRecorder
+) -> None:
+    """Four partitions behind an endpoint that does not answer, a budget of 800 records and a
+    per-partition cap far above it: each partition fetches its share, 200, and holds there
+    (5/8 of it), not the 2,000 records it has."""
+    topic, partitions, per_partition = f"budget-{secrets.token_hex(3)}", 4, 2_000
+    create_topic(kafka_bootstrap, topic, partitions)
+    produce(
+        kafka_bootstrap, topic, ((None, f"r{i}".encode(), i % partitions) for i in range(partitions * per_partition))
+    )
+    endpoint.script = lambda r: Reply(200, delay_s=15)
+    sub = {
+        "name": "budget",
+        "topics": [topic],
+        "endpoint": {"url": f"http://{endpoint.host}:{endpoint.port}/", "timeout_ms": 60_000},
+        "max_in_flight": 1,
+    }
+    env = {
+        "FERRY_PREFETCH_BUDGET_RECORDS": "800",
+        "FERRY_PREFETCH_RECORDS": "100000",
+        "FERRY_DRAIN_TIMEOUT_MS": "1000",
+    }
+    w = static_worker(tmp_path, "w-budget", kafka_bootstrap, f"__offsets-{secrets.token_hex(3)}", [sub], env=env)
+    w.start()
+    try:
+        w.wait_ready(30)
+
+        def filled() -> bool:
+            parts = w.stats()
+            return len(parts) == partitions and all(
+                p["fetch"] in ("held", "paused") and p["buffered"] >= 200 * 5 // 8 for p in parts
+            )
+
+        until(filled, timeout_s=30, what="every partition holding at its share")
+        for p in w.stats():
+            # Its share plus at most one fetch batch (3/8 of the share) that came while it held.
+            assert p["buffered"] <= 200 + 75, p
+    finally:
+        w.stop()

@@ -1,4 +1,4 @@
-"""The worker-wide prefetch budget shared among the partitions a worker owns."""
+"""The worker-wide prefetch budgets (bytes and records) shared among the partitions a worker owns."""
 
 from __future__ import annotations
 
@@ -6,7 +6,13 @@ import pytest
 
 from ferry import config
 from ferry.errors import ConfigError
-from ferry.worker.engine import MIN_PREFETCH_BYTES, prefetch_bytes_per_partition
+from ferry.worker.backpressure import CONSUME_MAX, HOLD_AT, consume_batch
+from ferry.worker.engine import (
+    MIN_PREFETCH_BYTES,
+    MIN_PREFETCH_RECORDS,
+    prefetch_bytes_per_partition,
+    prefetch_records_per_partition,
+)
 
 MIB = 1024 * 1024
 
@@ -31,3 +37,37 @@ def test_setting() -> None:
     assert config.load(env={"FERRY_PREFETCH_BUDGET_BYTES": "1048576"}).worker.prefetch_budget_bytes == MIB
     with pytest.raises(ConfigError, match="FERRY_PREFETCH_BUDGET_BYTES"):
         config.load(env={"FERRY_PREFETCH_BUDGET_BYTES": "0"})
+
+
+@pytest.mark.parametrize(
+    ("per_partition", "budget", "owned", "expect"),
+    [
+        (20_000, 240_000, 0, 20_000),  # nothing owned yet
+        (20_000, 240_000, 12, 20_000),  # few partitions: each fetches as deep as the setting allows
+        (20_000, 240_000, 24, 10_000),
+        (20_000, 240_000, 1000, 240),  # many: an even share of the budget
+        (20_000, 240_000, 100_000, MIN_PREFETCH_RECORDS),  # never below a useful batch
+        (50, 240_000, 1000, 50),  # a per-partition setting below the floor is kept
+        (50, 240_000, 100_000, 50),
+    ],
+)
+def test_record_share(per_partition: int, budget: int, owned: int, expect: int) -> None:
+    assert prefetch_records_per_partition(per_partition, budget, owned) == expect
+
+
+@pytest.mark.parametrize("owned", [1, 12, 100, 1000, 5000])
+def test_record_share_leaves_room_for_a_batch(owned: int) -> None:
+    """A batch taken while a partition holds still fits under its bound."""
+    bound = prefetch_records_per_partition(20_000, 240_000, owned)
+    batch = consume_batch(bound)
+    assert 1 <= batch <= CONSUME_MAX
+    assert bound * HOLD_AT + batch <= bound
+
+
+def test_record_settings() -> None:
+    worker = config.load(env={}).worker
+    assert (worker.prefetch_records, worker.prefetch_budget_records) == (20_000, 240_000)
+    loaded = config.load(env={"FERRY_PREFETCH_BUDGET_RECORDS": "5000"}).worker
+    assert loaded.prefetch_budget_records == 5000
+    with pytest.raises(ConfigError, match="FERRY_PREFETCH_BUDGET_RECORDS"):
+        config.load(env={"FERRY_PREFETCH_BUDGET_RECORDS": "0"})
