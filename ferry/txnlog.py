@@ -26,7 +26,7 @@ import re
 import secrets
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -37,6 +37,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from ferry import kafka, txn
 from ferry.clock import now_ms
 from ferry.errors import FerryError
+from ferry.served_producer import Acked, OnDelivery, ServedProducer
 from ferry.txn_tail import TxnTail
 
 DEFAULT_TOPIC = "__ferry_txn"
@@ -46,7 +47,6 @@ READERS = 8
 OWN_PREPARES = 10_000
 """Prepares this process wrote, kept until its live view has read them (a commit that follows at
 once need not wait for the view to fetch its prepare)."""
-_OnDelivery = Callable[[KafkaError | None, Message], None]
 RETENTION_MS = 7 * 24 * 3600 * 1000  # far beyond the longest life of a transaction (timeout + checks)
 _ID = re.compile(r"^(\d{1,6})\.(\d{1,19})\.([0-9a-f]{16})$")
 
@@ -133,40 +133,18 @@ class TxnLog:
         self._tail: TxnTail | None = None
         self.topic = topic
         self.timeout_s = timeout_s
-        self.producer = kafka.producer(
+        # A poll thread serves the acknowledgements; concurrent writers share the producer's batches.
+        self._served = ServedProducer(
             {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": linger_ms}, "txn-log"
         )
+        self.producer = self._served.producer
         self._own: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        # Acknowledgements for async writers, handed to their loops after each poll.
-        self._due: deque[tuple[asyncio.AbstractEventLoop, Callable[..., None], tuple[Any, ...]]] = deque()
-        # Deliveries are served by one poll thread; a writer waits on its own event, so concurrent
-        # writes share the producer's batches instead of taking turns polling it.
-        self._running = True
-        self._poller = threading.Thread(target=self._poll, name="ferry-txn-log-poll", daemon=True)
-        self._poller.start()
         # Reads run in parallel, each on a reader of its own (at most READERS, made when needed).
         self._readers: queue.SimpleQueue[Consumer] = queue.SimpleQueue()
         self._made = threading.Semaphore(READERS)
         self._all_readers: list[Consumer] = []
         self._partitions: int | None = None
         self._ensured = threading.Lock()
-
-    def _poll(self) -> None:
-        while self._running:
-            self.producer.poll(0.05)
-            if self._due:
-                self._hand_over()
-
-    def _hand_over(self) -> None:
-        """(The poll thread.) Settle the futures of every acknowledgement this poll served with
-        one wake-up of each waiting event loop, not one per record."""
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Callable[..., None], tuple[Any, ...]]]] = {}
-        while self._due:
-            loop, fn, args = self._due.popleft()
-            by_loop.setdefault(loop, []).append((fn, args))
-        for loop, calls in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(_run_all, calls)
 
     def ensure(self) -> int:
         """Create the log topic unless it exists; returns its partition count."""
@@ -183,9 +161,7 @@ class TxnLog:
     def close(self) -> None:
         if self._tail is not None:
             self._tail.close()
-        self.producer.flush(self.timeout_s)
-        self._running = False
-        self._poller.join(1.0)
+        self._served.close(self.timeout_s)
         for reader in self._all_readers:
             reader.close()
 
@@ -245,25 +221,14 @@ class TxnLog:
         acked, size = self._queue(partition, key, entry)
         return await self._acknowledgement(acked, size)
 
-    def _queue(
-        self, partition: int, key: bytes, entry: Mapping[str, Any]
-    ) -> tuple[asyncio.Future[tuple[KafkaError | None, int]], int]:
+    def _queue(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> tuple[asyncio.Future[Acked], int]:
         """Queue an entry in the producer; the future of its acknowledgement, and its size."""
-        loop = asyncio.get_running_loop()
-        acked: asyncio.Future[tuple[KafkaError | None, int]] = loop.create_future()
-
-        def settle(err: KafkaError | None, offset: int) -> None:
-            if not acked.done():
-                acked.set_result((err, offset))
-
-        def on_delivery(err: KafkaError | None, msg: Message) -> None:  # the poll thread
-            self._due.append((loop, settle, (err, msg.offset())))
-
+        acked, on_delivery = self._served.acknowledgement()
         return acked, len(self._send(partition, key, entry, on_delivery))
 
-    async def _acknowledgement(self, acked: asyncio.Future[tuple[KafkaError | None, int]], size: int) -> int:
+    async def _acknowledgement(self, acked: asyncio.Future[Acked], size: int) -> int:
         try:
-            err, offset = await asyncio.wait_for(acked, self.timeout_s)
+            err, _, offset = await asyncio.wait_for(acked, self.timeout_s)
         except TimeoutError:
             raise TxnLogError(
                 f"the transaction log {self.topic!r} did not acknowledge within {self.timeout_s:g} s"
@@ -324,10 +289,10 @@ class TxnLog:
             if left[0] == 0 and not all_in.done():
                 all_in.set_result(None)
 
-        def done(i: int) -> _OnDelivery:
+        def done(i: int) -> OnDelivery:
             def on_delivery(err: KafkaError | None, msg: Message) -> None:  # the poll thread
                 answer = {"partition": msg.partition(), "offset": msg.offset()} if err is None else {"error": err.str()}
-                self._due.append((loop, settle, (i, answer)))
+                self._served.later(loop, settle, i, answer)
 
             return on_delivery
 
@@ -439,11 +404,6 @@ class TxnLog:
             if raw is not None:
                 return [e for e in map(_decode, raw) if e is not None]
         return await asyncio.to_thread(self._read_entries, txn_id, up_to)  # the view already had its wait
-
-
-def _run_all(calls: list[tuple[Callable[..., None], tuple[Any, ...]]]) -> None:
-    for fn, args in calls:
-        fn(*args)
 
 
 def _decode(value: bytes) -> dict[str, Any] | None:

@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from ferry import kafka, log
 from ferry.clock import now_ms
 from ferry.errors import FerryError
+from ferry.served_producer import ServedProducer
 
 _log = log.get_logger(__name__)
 KEEP_MS = 24 * 3600 * 1000
@@ -90,9 +91,8 @@ class Idempotency:
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._poller: threading.Thread | None = None
         self._partitions = PARTITIONS
-        self._producer = kafka.producer(
+        self._served = ServedProducer(
             {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": 1}, "gateway-idempotency"
         )
 
@@ -115,16 +115,13 @@ class Idempotency:
         self._positions = {p: end for (_, p), end in ends.items()}
         self._thread = threading.Thread(target=self._tail, name="ferry-gateway-idempotency", daemon=True)
         self._thread.start()
-        self._poller = threading.Thread(target=self._poll, name="ferry-gateway-idempotency-poll", daemon=True)
-        self._poller.start()
         _log.info("gateway.idempotency_loaded", keys=len(self._entries), topic=self.topic)
 
     def close(self) -> None:
-        self._producer.flush(5)
+        self._served.close(5)
         self._stop.set()
-        for thread in (self._thread, self._poller):
-            if thread is not None:
-                thread.join(5)
+        if self._thread is not None:
+            self._thread.join(5)
 
     # --- one request --------------------------------------------------------------------------
 
@@ -179,21 +176,6 @@ class Idempotency:
     # --- the topic ------------------------------------------------------------------------------
 
     async def _append(self, kkey: bytes, entry: Entry) -> tuple[int, int]:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[tuple[int, int]] = loop.create_future()
-
-        def on_delivery(err: KafkaError | None, msg: Message) -> None:
-            def settle() -> None:
-                if done.done():
-                    return
-                if err is None:
-                    done.set_result((cast(int, msg.partition()), cast(int, msg.offset())))
-                else:
-                    done.set_exception(FerryError(f"cannot write to {self.topic!r}: {err.str()}"))
-
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
-                loop.call_soon_threadsafe(settle)
-
         value = orjson.dumps(
             {
                 "state": entry.state,
@@ -204,8 +186,12 @@ class Idempotency:
                 "answer": entry.answer,
             }
         )
-        self._producer.produce(self.topic, key=kkey, value=value, on_delivery=on_delivery)
-        return await done  # the poll thread serves the acknowledgement
+        acked, on_delivery = self._served.acknowledgement()
+        self._served.producer.produce(self.topic, key=kkey, value=value, on_delivery=on_delivery)
+        err, partition, offset = await acked
+        if err is not None:
+            raise FerryError(f"cannot write to {self.topic!r}: {err.str()}")
+        return partition, offset
 
     async def _until_read(self, partition: int, offset: int) -> None:
         """Wait until the tail has read ``offset`` of ``partition`` (woken by the tail, no polling)."""
@@ -269,8 +255,3 @@ class Idempotency:
                         return
         finally:
             consumer.close()
-
-    def _poll(self) -> None:
-        """Serve the producer's acknowledgements (each hands its result to the loop)."""
-        while not self._stop.is_set():
-            self._producer.poll(0.05)
