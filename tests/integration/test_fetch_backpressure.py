@@ -186,18 +186,17 @@ def test_partitions_share_the_worker_record_budget(
 ) -> None:
     """Four partitions behind an endpoint that does not answer, a budget of 800 records and a
     per-partition cap far above it: each partition fetches its share, 200, and holds there
-    (5/8 of it), not the 2,000 records it has."""
+    (5/8 of it), not the 2,000 records it has. The records are written once the worker owns all
+    four partitions: before that, the first one's share is the whole budget."""
     topic, partitions, per_partition = f"budget-{secrets.token_hex(3)}", 4, 2_000
     create_topic(kafka_bootstrap, topic, partitions)
-    produce(
-        kafka_bootstrap, topic, ((None, f"r{i}".encode(), i % partitions) for i in range(partitions * per_partition))
-    )
     endpoint.script = lambda r: Reply(200, delay_s=15)
     sub = {
         "name": "budget",
         "topics": [topic],
         "endpoint": {"url": f"http://{endpoint.host}:{endpoint.port}/", "timeout_ms": 60_000},
         "max_in_flight": 1,
+        "start_from": "earliest",
     }
     env = {
         "FERRY_PREFETCH_BUDGET_RECORDS": "800",
@@ -208,6 +207,12 @@ def test_partitions_share_the_worker_record_budget(
     w.start()
     try:
         w.wait_ready(30)
+        until(lambda: len(w.stats()) == partitions, timeout_s=30, what="all four partitions owned")
+        produce(
+            kafka_bootstrap,
+            topic,
+            ((None, f"r{i}".encode(), i % partitions) for i in range(partitions * per_partition)),
+        )
 
         def filled() -> bool:
             parts = w.stats()
