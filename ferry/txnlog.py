@@ -45,8 +45,9 @@ PARTITIONS = 9
 READERS = 8
 """Readers of one :class:`TxnLog` (each a consumer): reads of different transactions run in parallel."""
 OWN_PREPARES = 10_000
-"""Prepares this process wrote, kept until its live view has read them (a commit that follows at
-once need not wait for the view to fetch its prepare)."""
+"""Prepares this process wrote, kept until its live view has read them or they are decided here (a
+commit that follows at once need not wait for the view to fetch its prepare, nor — when its decision
+lands right after the prepare — to fetch anything)."""
 RETENTION_MS = 7 * 24 * 3600 * 1000  # far beyond the longest life of a transaction (timeout + checks)
 _ID = re.compile(r"^(\d{1,6})\.(\d{1,19})\.([0-9a-f]{16})$")
 
@@ -206,10 +207,16 @@ class TxnLog:
         including that decision, so that the first decision there stands. The entries before it
         are read (from the live view, once it has read up to the decision); the decision itself
         is folded as written, without waiting to read it back."""
-        stored = {**entry, "id": str(txn_id), "ts": entry.get("ts", now_ms())}
-        at = await self._produce_async(txn_id.partition, str(txn_id).encode(), stored)
+        me = str(txn_id)
+        stored = {**entry, "id": me, "ts": entry.get("ts", now_ms())}
+        at = await self._produce_async(txn_id.partition, me.encode(), stored)
+        own = self._own.pop(me, None)
+        if own is not None and at == txn_id.offset + 1:
+            # The decision lies right after this process's own prepare: nothing can come before
+            # it but the prepare, which is known, so there is nothing for the view to read.
+            return _fold(me, [dict(own), stored])
         before = await self._entries_async(txn_id, at - 1)
-        return _fold(str(txn_id), [*before, stored])
+        return _fold(me, [*before, stored])
 
     def append_soon(self, txn_id: TxnId, entry: Mapping[str, Any]) -> asyncio.Task[int]:
         """:meth:`append_async` for a caller that need not wait: the entry is queued in the producer
@@ -394,11 +401,14 @@ class TxnLog:
         me = str(txn_id)
         if self._follow and self._tail is None:
             await asyncio.to_thread(self.ensure)  # a replica that only commits starts its view on its first read
-        own = self._own.pop(me, None) if recent else None
-        if own is not None and self._tail is not None and not self._tail.has_read(txn_id.partition, txn_id.offset):
-            # Prepared here a moment ago and not yet seen by the view: nothing else can be known of
-            # it yet, and a recent read may be that far behind (a decision reads what came before it).
-            return [dict(own)]
+        own = self._own.get(me) if recent else None
+        if own is not None and self._tail is not None:
+            if not self._tail.has_read(txn_id.partition, txn_id.offset):
+                # Prepared here a moment ago and not yet seen by the view: nothing else can be known
+                # of it yet, and a recent read may be that far behind (a decision reads what came
+                # before it). Kept for the decision that usually follows (:meth:`decide_async`).
+                return [dict(own)]
+            del self._own[me]  # the view holds it now
         if self._tail is not None and (up_to is not None or recent):
             raw = await self._tail.entries_async(txn_id.partition, txn_id.offset, me, up_to, self.timeout_s / 2)
             if raw is not None:

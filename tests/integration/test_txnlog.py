@@ -163,6 +163,43 @@ def test_a_decision_folds_what_came_before_it_and_itself(log: TxnLog, kafka_boot
     assert (getattr(after, "state", None), getattr(after, "decided_by", None)) == ("committing", "mine")
 
 
+def test_a_decision_right_after_its_own_prepare_reads_nothing(kafka_bootstrap: str, topic_name: str) -> None:
+    """A decision stored right after the prepare this process wrote folds from those two entries
+    (nothing else can lie before it); one with another entry in between still reads the view, so
+    that the earlier decision stands."""
+    import asyncio
+
+    tl = TxnLog({"bootstrap.servers": kafka_bootstrap}, topic=f"{topic_name}-txn", follow=True)
+    tl.ensure()
+    tail = tl._tail
+    assert tail is not None
+    viewed: list[str] = []
+    view = tail.entries_async
+
+    async def counted(partition: int, offset: int, txn_id: str, up_to: int | None, wait_s: float):  # type: ignore[no-untyped-def]
+        viewed.append(txn_id)
+        return await view(partition, offset, txn_id, up_to, wait_s)
+
+    tail.entries_async = counted  # type: ignore[method-assign,assignment]
+
+    async def main() -> tuple[object, object, str, str]:
+        a = await tl.prepare_async({"records": [], "check_url": "http://x/c", "timeout_ms": 60_000})
+        mine, _ = await tl.decide_async(a, {"kind": "commit", "by": "producer", "eid": "mine"})
+        b = await tl.prepare_async({"records": [], "check_url": "http://x/c", "timeout_ms": 60_000})
+        await tl.append_async(b, {"kind": "rollback", "reason": "producer"})  # as another replica would
+        lost, _ = await tl.decide_async(b, {"kind": "commit", "by": "producer", "eid": "late"})
+        return mine, lost, str(a), str(b)
+
+    try:
+        mine, lost, a, b = asyncio.run(main())
+    finally:
+        tl.close()
+    assert (getattr(mine, "state", None), getattr(mine, "decided_by", None)) == ("committing", "mine")
+    assert getattr(lost, "state", None) == "rolled_back"
+    assert a not in viewed
+    assert viewed.count(b) == 1
+
+
 @pytest.mark.parametrize(("wait_ms", "at_least", "at_most"), [(10, 60, 400), (500, 1, 12)])
 def test_an_idle_live_view_fetches_as_often_as_its_wait_allows(
     kafka_bootstrap: str, topic_name: str, wait_ms: int, at_least: int, at_most: int
