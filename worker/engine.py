@@ -84,6 +84,8 @@ class Engine:
         """The clients of each Kafka cluster this worker serves (``default`` always)."""
         self._opening: dict[str, asyncio.Future[ClusterClients]] = {}
         self._flush_task: asyncio.Task[None] | None = None
+        self._expected = 0
+        """How many partitions the worker's source means this engine to own (see :meth:`expect`)."""
         self.started = False
         self._stopping = False
         self.kafka_unconfirmed = False
@@ -123,9 +125,11 @@ class Engine:
             metrics=self.metrics,
             lease=self._lease,
             prefetch_records=prefetch_records_per_partition(
-                self.settings.worker.prefetch_records, self.settings.worker.prefetch_budget_records, 0
+                self.settings.worker.prefetch_records, self.settings.worker.prefetch_budget_records, self._expected
             ),
-            prefetch_bytes=self.settings.worker.prefetch_bytes,
+            prefetch_bytes=prefetch_bytes_per_partition(
+                self.settings.worker.prefetch_bytes, self.settings.worker.prefetch_budget_bytes, self._expected
+            ),
             gates=Gates(on_new=self._export_gate),
             deferrals=(
                 Deferrals(self.settings.kafka.client_config(), self._producer, self.settings.kafka.delay_topic)
@@ -199,9 +203,18 @@ class Engine:
             restore_ms=int((time.monotonic() - started) * 1000),
         )
 
+    def expect(self, count: int) -> None:
+        """The source's assignment changed: it means this engine to own ``count`` partitions. The
+        budgets are shared among these from now on, not only among those taken so far, so that
+        partitions taken one by one do not each fill a larger share before the rest arrive."""
+        if count != self._expected:
+            self._expected = count
+            if self.started:  # else start() counts them
+                self._owned_changed()
+
     def _owned_changed(self) -> None:
         w = self.settings.worker
-        owned = len(self._runners)
+        owned = max(len(self._runners), self._expected)
         ctx = self._ctx
         ctx.prefetch_bytes = prefetch_bytes_per_partition(w.prefetch_bytes, w.prefetch_budget_bytes, owned)
         ctx.prefetch_records = prefetch_records_per_partition(w.prefetch_records, w.prefetch_budget_records, owned)

@@ -72,6 +72,7 @@ async def run(engine: Engine, path: str, stop: asyncio.Event) -> None:
             missing = sorted(topics - counts.keys())
             if missing:
                 _log.warning("assignment.missing_topics", cluster=cluster, topics=missing)
+    engine.expect(len(refs))
     await asyncio.gather(*(engine.acquire(ref, subs[ref.subscription], None) for ref in refs))
     _log.info("assignment.loaded", path=path, partitions=len(refs))
     await stop.wait()

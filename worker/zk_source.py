@@ -128,6 +128,7 @@ class ZkSource:
         self._subs = subs
         self.desired = desired
         self.from_beginning = from_beginning
+        self.engine.expect(len(desired))
         for sub in changed:
             self._spawn(self.engine.update_subscription(sub))
         self._wake.set()

@@ -186,8 +186,9 @@ def test_partitions_share_the_worker_record_budget(
 ) -> None:
     """Four partitions behind an endpoint that does not answer, a budget of 800 records and a
     per-partition cap far above it: each partition fetches its share, 200, and holds there
-    (5/8 of it), not the 2,000 records it has. The records are written once the worker owns all
-    four partitions: before that, the first one's share is the whole budget."""
+    (5/8 of it), not the 2,000 records it has. The records are there before the worker starts:
+    the share counts the partitions it is assigned, not only those taken so far, so the first one
+    taken does not fill the whole budget."""
     topic, partitions, per_partition = f"budget-{secrets.token_hex(3)}", 4, 2_000
     create_topic(kafka_bootstrap, topic, partitions)
     endpoint.script = lambda r: Reply(200, delay_s=15)
@@ -203,16 +204,13 @@ def test_partitions_share_the_worker_record_budget(
         "FERRY_PREFETCH_RECORDS": "100000",
         "FERRY_DRAIN_TIMEOUT_MS": "1000",
     }
+    produce(
+        kafka_bootstrap, topic, ((None, f"r{i}".encode(), i % partitions) for i in range(partitions * per_partition))
+    )
     w = static_worker(tmp_path, "w-budget", kafka_bootstrap, f"__offsets-{secrets.token_hex(3)}", [sub], env=env)
     w.start()
     try:
         w.wait_ready(30)
-        until(lambda: len(w.stats()) == partitions, timeout_s=30, what="all four partitions owned")
-        produce(
-            kafka_bootstrap,
-            topic,
-            ((None, f"r{i}".encode(), i % partitions) for i in range(partitions * per_partition)),
-        )
 
         def filled() -> bool:
             parts = w.stats()
