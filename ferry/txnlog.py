@@ -48,6 +48,10 @@ OWN_PREPARES = 10_000
 """Prepares this process wrote, kept until its live view has read them or they are decided here (a
 commit that follows at once need not wait for the view to fetch its prepare, nor — when its decision
 lands right after the prepare — to fetch anything)."""
+OWN_BYTES = 16 * 1024 * 1024
+"""And at most this many bytes of them (as stored in the log): a gateway whose commits go to other
+replicas keeps its prepares until they are evicted. An evicted one costs its commit a wait for the
+view, nothing else."""
 RETENTION_MS = 7 * 24 * 3600 * 1000  # far beyond the longest life of a transaction (timeout + checks)
 _ID = re.compile(r"^(\d{1,6})\.(\d{1,19})\.([0-9a-f]{16})$")
 
@@ -139,7 +143,8 @@ class TxnLog:
             {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": linger_ms}, "txn-log"
         )
         self.producer = self._served.producer
-        self._own: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._own: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()  # id -> (prepare, size)
+        self._own_bytes = 0
         # Reads run in parallel, each on a reader of its own (at most READERS, made when needed).
         self._readers: queue.SimpleQueue[Consumer] = queue.SimpleQueue()
         self._made = threading.Semaphore(READERS)
@@ -188,13 +193,22 @@ class TxnLog:
         nonce = new_nonce()
         partition = secrets.randbelow(partitions)
         stored = {**entry, "kind": "prepare", "ts": entry.get("ts", now_ms())}  # as written
-        offset = await self._produce_async(partition, nonce.encode(), stored)
-        txn_id = TxnId(partition, offset, nonce)
+        acked, size = self._queue(partition, nonce.encode(), stored)
+        txn_id = TxnId(partition, await self._acknowledgement(acked, size), nonce)
         if self._follow:
-            self._own[str(txn_id)] = stored
-            while len(self._own) > OWN_PREPARES:
-                self._own.popitem(last=False)
+            self._own[str(txn_id)] = (stored, size)
+            self._own_bytes += size
+            while self._own and (len(self._own) > OWN_PREPARES or self._own_bytes > OWN_BYTES):
+                self._own_bytes -= self._own.popitem(last=False)[1][1]
         return txn_id
+
+    def _own_prepare(self, txn_id: str) -> dict[str, Any] | None:
+        """Forget the prepare this process wrote as ``txn_id``; the entry, or None if not kept."""
+        kept = self._own.pop(txn_id, None)
+        if kept is None:
+            return None
+        self._own_bytes -= kept[1]
+        return kept[0]
 
     async def append_async(self, txn_id: TxnId, entry: Mapping[str, Any]) -> int:
         """:meth:`append` without a thread: awaits the acknowledgement."""
@@ -210,7 +224,7 @@ class TxnLog:
         me = str(txn_id)
         stored = {**entry, "id": me, "ts": entry.get("ts", now_ms())}
         at = await self._produce_async(txn_id.partition, me.encode(), stored)
-        own = self._own.pop(me, None)
+        own = self._own_prepare(me)
         if own is not None and at == txn_id.offset + 1:
             # The decision lies right after this process's own prepare: nothing can come before
             # it but the prepare, which is known, so there is nothing for the view to read.
@@ -401,14 +415,14 @@ class TxnLog:
         me = str(txn_id)
         if self._follow and self._tail is None:
             await asyncio.to_thread(self.ensure)  # a replica that only commits starts its view on its first read
-        own = self._own.get(me) if recent else None
-        if own is not None and self._tail is not None:
+        kept = self._own.get(me) if recent else None
+        if kept is not None and self._tail is not None:
             if not self._tail.has_read(txn_id.partition, txn_id.offset):
                 # Prepared here a moment ago and not yet seen by the view: nothing else can be known
                 # of it yet, and a recent read may be that far behind (a decision reads what came
                 # before it). Kept for the decision that usually follows (:meth:`decide_async`).
-                return [dict(own)]
-            del self._own[me]  # the view holds it now
+                return [dict(kept[0])]
+            self._own_prepare(me)  # the view holds it now
         if self._tail is not None and (up_to is not None or recent):
             raw = await self._tail.entries_async(txn_id.partition, txn_id.offset, me, up_to, self.timeout_s / 2)
             if raw is not None:

@@ -200,6 +200,36 @@ def test_a_decision_right_after_its_own_prepare_reads_nothing(kafka_bootstrap: s
     assert viewed.count(b) == 1
 
 
+def test_own_prepares_are_kept_within_their_bytes(
+    kafka_bootstrap: str, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prepares a gateway wrote are kept for their commits only up to ``OWN_BYTES`` (oldest out):
+    a gateway whose commits go to other replicas does not grow. An evicted one still commits."""
+    import asyncio
+
+    from ferry import txnlog
+    from ferry.txnlog import stored_record
+
+    monkeypatch.setattr(txnlog, "OWN_BYTES", 10_000)
+    tl = TxnLog({"bootstrap.servers": kafka_bootstrap}, topic=f"{topic_name}-txn", follow=True)
+    tl.ensure()
+    entry = {"records": [stored_record("t", b"k", b"x" * 3_000)], "check_url": "http://x/c", "timeout_ms": 60_000}
+
+    async def main() -> tuple[list[str], list[object]]:
+        ids = [await tl.prepare_async(entry) for _ in range(6)]
+        kept = list(tl._own)
+        decided = [(await tl.decide_async(i, {"kind": "commit", "by": "producer", "eid": str(i)}))[0] for i in ids]
+        return kept, decided
+
+    try:
+        kept, decided = asyncio.run(main())
+        assert tl._own_bytes == 0
+    finally:
+        tl.close()
+    assert len(kept) == 2  # each prepare takes ~4 KB in the log
+    assert [getattr(d, "state", None) for d in decided] == ["committing"] * 6
+
+
 @pytest.mark.parametrize(("wait_ms", "at_least", "at_most"), [(10, 60, 400), (500, 1, 12)])
 def test_an_idle_live_view_fetches_as_often_as_its_wait_allows(
     kafka_bootstrap: str, topic_name: str, wait_ms: int, at_least: int, at_most: int
