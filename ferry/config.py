@@ -297,10 +297,14 @@ class GatewaySettings:
     read_timeout_ms: int = setting("FERRY_GATEWAY_READ_TIMEOUT_MS", 10_000)
     """A client must send a request's headers and body within this time (slow clients are cut off)."""
     linger_ms: int = setting("FERRY_GATEWAY_LINGER_MS", 1)
-    """How long the gateway's producers (records, and the transaction log) wait to fill a batch.
-    Requests from many clients share batches anyway
-    (records queue while a batch is in flight); a longer wait adds to every request's latency
-    (bench/gateway.py: 1 ms did 2.5× the requests/s of 5 ms with 32 clients)."""
+    """How long the gateway's producer of records waits to fill a batch. Requests from many clients
+    share batches anyway (records queue while a batch is in flight); a longer wait adds to every
+    request's latency (bench/gateway.py: 1 ms did 2.5× the requests/s of 5 ms with 32 clients)."""
+    txn_linger_ms: int = setting("FERRY_TXN_LINGER_MS", 0)
+    """How long the transaction log's producer (a transaction's entries, and its records at commit)
+    waits to fill a batch. A transaction is three writes in a row, each waiting this long: with 0,
+    one client at a time did 2.2× the transactions/s of 1 ms; 32 clients did 4–15 % fewer
+    (bench/transactions.py)."""
     txn_max_checks: int = setting("FERRY_TXN_MAX_CHECKS", 15)
     """Back-checks of a transaction answered unknown before it is rolled back."""
 
@@ -416,6 +420,8 @@ def _validate(s: Settings) -> None:
     positive("FERRY_TXN_MAX_CHECKS", s.gateway.txn_max_checks)
     if s.gateway.linger_ms < 0:
         raise ConfigError("FERRY_GATEWAY_LINGER_MS", "must be >= 0")
+    if s.gateway.txn_linger_ms < 0:
+        raise ConfigError("FERRY_TXN_LINGER_MS", "must be >= 0")
     for name, topic in (
         ("FERRY_DELAY_TOPIC", s.kafka.delay_topic),
         ("FERRY_TXN_TOPIC", s.kafka.txn_topic),
