@@ -11,7 +11,6 @@ running the back-checks, the coordinator; ZooKeeper, the broker and MariaDB-free
 from __future__ import annotations
 
 import json
-import secrets
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -22,12 +21,11 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from ferry import internal, kafka
-from ferry.devstack.embedded import ServiceProcess
 from ferry.txnlog import parse_id
-from tests.support.cluster import Cluster
 from tests.support.endpoint import EndpointRecorder, Received, Reply
-from tests.support.gateway import ADMIN, client, gateway_process
+from tests.support.gateway import ADMIN, client
 from tests.support.kafka import create_topic
+from tests.support.txn_stack import Stack
 from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
@@ -37,41 +35,6 @@ def read(bootstrap: str, topic: str) -> list:  # type: ignore[type-arg]
     out = []
     kafka.read_to_end({"bootstrap.servers": bootstrap}, topic, out.append)
     return out
-
-
-class Stack:
-    def __init__(self, tmp: Path, zk: str, bootstrap: str) -> None:
-        tag = secrets.token_hex(3)
-        self.bootstrap = bootstrap
-        self.txn_topic = f"txn-{tag}"
-        self.c = Cluster(
-            tmp,
-            zk,
-            bootstrap,
-            FERRY_INTERNAL_WORK="true",
-            FERRY_DELAY_TOPIC=f"delay-{tag}",
-            FERRY_TXN_TOPIC=self.txn_topic,
-            FERRY_IDEMPOTENCY_TOPIC=f"idem-{tag}",
-            FERRY_TXN_MAX_CHECKS="3",
-        )
-        self.c.coordinator("coord")
-        self.gateways: list[ServiceProcess] = []
-
-    def gateway(self, name: str) -> ServiceProcess:
-        topics = {k: v for k, v in self.c.env.items() if k.startswith("FERRY_") and "TOPIC" in k}
-        gw = gateway_process(self.c.tmp, self.bootstrap, self.c.db_url, name=name, **topics).start()
-        self.gateways.append(gw)
-        gw.wait_ready(60)
-        return gw
-
-    def txn_owners(self) -> dict[int, str]:
-        """Transaction-log partition → the worker the leader gave its back-checks to."""
-        return {p: w for (s, t, p), w in self.c.assignment().items() if s == internal.TXN and t == self.txn_topic}
-
-    def close(self) -> None:
-        for gw in self.gateways:
-            gw.stop()
-        self.c.close()
 
 
 @pytest.fixture()
