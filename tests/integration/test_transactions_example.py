@@ -18,7 +18,7 @@ from ferry import kafka
 from ferry.devstack.embedded import ServiceProcess, free_port
 from tests.support.gateway import ADMIN, client
 from tests.support.kafka import create_topic
-from tests.support.txn_stack import Stack
+from tests.support.txn_stack import Stack, running
 from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
@@ -29,11 +29,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "transactional_prod
 @pytest.fixture()
 def stack(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[Stack]:
     # Checks go on while the shop restarts: more than the suite's usual 3 before a rollback.
-    st = Stack(tmp_path, zk_connect, kafka_bootstrap, FERRY_TXN_MAX_CHECKS="10")
-    try:
+    with running(tmp_path, zk_connect, kafka_bootstrap, FERRY_TXN_MAX_CHECKS="10") as st:
         yield st
-    finally:
-        st.close()
 
 
 def test_the_example_shop_publishes_exactly_its_committed_orders(
@@ -74,22 +71,18 @@ def test_the_example_shop_publishes_exactly_its_committed_orders(
         assert state(refused.json()["transaction"]) == "rolled_back"
         first.stop()
 
-        # Dies after its local commit: the order is stored, so the back-check hears "commit".
-        shop("--die-after", "local-commit")
-        with pytest.raises(httpx.HTTPError):
-            order("c-3", 12.0)
-        shop()
-        stored = dying_words()["local-commit"]
-        until(lambda: state(stored) == "committed", timeout_s=60, what="the back-check committing c-3's event")
-        runs[-1].stop()
-
-        # Dies after the prepare: no order, so the back-check hears "rollback".
-        shop("--die-after", "prepare")
-        with pytest.raises(httpx.HTTPError):
-            order("c-4", 9.0)
-        shop()
-        lost = dying_words()["prepare"]
-        until(lambda: state(lost) == "rolled_back", timeout_s=60, what="the back-check rolling back c-4's event")
+        # Dies after its local commit (the order is stored, so the back-check hears "commit"), or
+        # after the prepare (no order: "rollback"); the back-check asks the shop once it is back.
+        decided: dict[str, str] = {}
+        for point, customer, outcome in (("local-commit", "c-3", "committed"), ("prepare", "c-4", "rolled_back")):
+            shop("--die-after", point)
+            with pytest.raises(httpx.HTTPError):
+                order(customer, 12.0)
+            shop()
+            decided[point] = txn = dying_words()[point]
+            until(lambda t=txn, o=outcome: state(t) == o, timeout_s=60, what=f"the back-check: {customer} {outcome}")
+            runs[-1].stop()
+        stored = decided["local-commit"]
     finally:
         for proc in runs:
             proc.stop()

@@ -25,7 +25,7 @@ from ferry.txnlog import parse_id
 from tests.support.endpoint import EndpointRecorder, Received, Reply
 from tests.support.gateway import ADMIN, client
 from tests.support.kafka import create_topic
-from tests.support.txn_stack import Stack
+from tests.support.txn_stack import Stack, running
 from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
@@ -39,11 +39,8 @@ def read(bootstrap: str, topic: str) -> list:  # type: ignore[type-arg]
 
 @pytest.fixture()
 def stack(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[Stack]:
-    st = Stack(tmp_path, zk_connect, kafka_bootstrap)
-    try:
+    with running(tmp_path, zk_connect, kafka_bootstrap) as st:
         yield st
-    finally:
-        st.close()
 
 
 def test_killed_gateway_and_killed_check_worker(

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 from ferry import internal
@@ -45,3 +47,13 @@ class Stack:
         for gw in self.gateways:
             gw.stop()
         self.c.close()
+
+
+@contextlib.contextmanager
+def running(tmp: Path, zk: str, bootstrap: str, **env: str) -> Iterator[Stack]:
+    """A :class:`Stack`, closed (every process stopped) when the block ends."""
+    st = Stack(tmp, zk, bootstrap, **env)
+    try:
+        yield st
+    finally:
+        st.close()
