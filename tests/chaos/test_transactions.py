@@ -39,10 +39,11 @@ from ferry import internal, kafka
 from ferry.devstack import embedded
 from ferry.devstack.embedded import ServiceProcess
 from tests.chaos.conftest import fresh_database
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, internal_work_env
 from tests.support.endpoint import EndpointRecorder, Received, Reply
-from tests.support.gateway import ADMIN, gateway_process
+from tests.support.gateway import ADMIN
 from tests.support.kafka import create_topic
+from tests.support.txn_stack import start_gateway, txn_owners
 from tests.support.wait import until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration]
@@ -152,31 +153,17 @@ class Load:
 
 class TxnStack:
     def __init__(self, tmp: Path, zk: str, bootstrap: str, db_url: str, endpoint: EndpointRecorder) -> None:
-        tag = secrets.token_hex(3)
-        self.tmp, self.bootstrap = tmp, bootstrap
-        self.txn_topic = f"txn-{tag}"
-        self.topic = f"chaos-txn-{tag}"
-        self.c = Cluster(
-            tmp,
-            zk,
-            bootstrap,
-            db_url=db_url,
-            FERRY_INTERNAL_WORK="true",
-            FERRY_DELAY_TOPIC=f"delay-{tag}",
-            FERRY_TXN_TOPIC=self.txn_topic,
-            FERRY_IDEMPOTENCY_TOPIC=f"idem-{tag}",
-            FERRY_TXN_MAX_CHECKS="5",
-        )
+        self.bootstrap = bootstrap
+        self.c = Cluster(tmp, zk, bootstrap, db_url=db_url, **internal_work_env(FERRY_TXN_MAX_CHECKS="5"))
+        self.txn_topic = self.c.env["FERRY_TXN_TOPIC"]
+        self.topic = f"chaos-txn-{secrets.token_hex(3)}"
         self.endpoint = endpoint
         self.gateways: dict[str, ServiceProcess] = {}
         self.workers: dict[str, ServiceProcess] = {}
         self.kills: list[tuple[str, float]] = []  # (what, when)
 
     def gateway(self, name: str) -> ServiceProcess:
-        topics = {k: v for k, v in self.c.env.items() if k.startswith("FERRY_") and "TOPIC" in k}
-        gw = gateway_process(self.tmp, self.bootstrap, self.c.db_url, name=name, **topics).start()
-        gw.wait_ready(60)
-        return gw
+        return start_gateway(self.c, name).wait_ready(60)
 
     def start(self) -> TxnStack:
         self.c.coordinator("coord")
@@ -191,7 +178,7 @@ class TxnStack:
         return self
 
     def txn_owners(self) -> dict[int, str]:
-        return {p: w for (s, t, p), w in self.c.assignment().items() if s == internal.TXN and t == self.txn_topic}
+        return txn_owners(self.c)
 
     def kill_gateway(self, load: Load, name: str, down_s: float) -> None:
         self.kills.append((f"kill -9 {name}", time.time()))

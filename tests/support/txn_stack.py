@@ -4,44 +4,42 @@
 from __future__ import annotations
 
 import contextlib
-import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
 from ferry import internal
 from ferry.devstack.embedded import ServiceProcess
-from tests.support.cluster import Cluster
+from tests.support.cluster import Cluster, internal_work_env
 from tests.support.gateway import gateway_process
+
+
+def start_gateway(c: Cluster, name: str) -> ServiceProcess:
+    """A gateway over the cluster's broker, database and topics of Ferry's own work, started (the
+    caller waits for it to be ready, once it can stop it)."""
+    topics = {k: v for k, v in c.env.items() if k.startswith("FERRY_") and "TOPIC" in k}
+    return gateway_process(c.tmp, c.bootstrap, c.db_url, name=name, **topics).start()
+
+
+def txn_owners(c: Cluster) -> dict[int, str]:
+    """Transaction-log partition → the worker the leader gave its back-checks to."""
+    topic = c.env["FERRY_TXN_TOPIC"]
+    return {p: w for (s, t, p), w in c.assignment().items() if s == internal.TXN and t == topic}
 
 
 class Stack:
     def __init__(self, tmp: Path, zk: str, bootstrap: str, **env: str) -> None:
-        tag = secrets.token_hex(3)
-        self.bootstrap = bootstrap
-        self.txn_topic = f"txn-{tag}"
-        self.c = Cluster(
-            tmp,
-            zk,
-            bootstrap,
-            FERRY_INTERNAL_WORK="true",
-            FERRY_DELAY_TOPIC=f"delay-{tag}",
-            FERRY_TXN_TOPIC=self.txn_topic,
-            FERRY_IDEMPOTENCY_TOPIC=f"idem-{tag}",
-            **{"FERRY_TXN_MAX_CHECKS": "3", **env},
-        )
+        self.c = Cluster(tmp, zk, bootstrap, **internal_work_env(**{"FERRY_TXN_MAX_CHECKS": "3", **env}))
+        self.txn_topic = self.c.env["FERRY_TXN_TOPIC"]
         self.c.coordinator("coord")
         self.gateways: list[ServiceProcess] = []
 
     def gateway(self, name: str) -> ServiceProcess:
-        topics = {k: v for k, v in self.c.env.items() if k.startswith("FERRY_") and "TOPIC" in k}
-        gw = gateway_process(self.c.tmp, self.bootstrap, self.c.db_url, name=name, **topics).start()
+        gw = start_gateway(self.c, name)
         self.gateways.append(gw)
-        gw.wait_ready(60)
-        return gw
+        return gw.wait_ready(60)
 
     def txn_owners(self) -> dict[int, str]:
-        """Transaction-log partition → the worker the leader gave its back-checks to."""
-        return {p: w for (s, t, p), w in self.c.assignment().items() if s == internal.TXN and t == self.txn_topic}
+        return txn_owners(self.c)
 
     def close(self) -> None:
         for gw in self.gateways:
