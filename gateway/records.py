@@ -25,6 +25,7 @@ from ferry.errors import ValidationError
 MAX_RECORDS = 10_000
 MAX_HEADER_NAME = 255
 _RECORD_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "delay_ms", "deliver_at"})
+_PLAIN_FIELDS = frozenset({"key", "value"})
 
 
 @dataclass(slots=True)
@@ -78,7 +79,18 @@ def parse_request(body: Any, topic: str, now_ms: int) -> list[Outgoing | Refused
         raise ValidationError("records", "must be a non-empty list of records")
     if len(records) > MAX_RECORDS:
         raise ValidationError("records", f"at most {MAX_RECORDS:,} records per request, got {len(records):,}")
-    return [parse_record(r, topic, f"records[{i}]", now_ms) for i, r in enumerate(records)]
+    out: list[Outgoing | Refused] = []
+    append = out.append
+    for i, raw in enumerate(records):
+        # The common record, {"key"?: string, "value"?: any}, without the general path's checks
+        # (the same result: table-tested against parse_record).
+        if type(raw) is dict and raw.keys() <= _PLAIN_FIELDS:
+            key = raw.get("key")
+            if key is None or type(key) is str:
+                append(Outgoing(topic, None if key is None else key.encode(), json_value(raw.get("value")), []))
+                continue
+        append(parse_record(raw, topic, f"records[{i}]", now_ms))
+    return out
 
 
 def parse_record(raw: Any, topic: str, path: str, now_ms: int) -> Outgoing | Refused:

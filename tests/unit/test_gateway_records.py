@@ -88,6 +88,32 @@ def test_a_request_keeps_its_good_records_beside_a_refused_one() -> None:
 
 
 @pytest.mark.parametrize(
+    "raw",
+    [
+        {},
+        {"key": "k"},
+        {"key": ""},
+        {"key": None, "value": None},
+        {"value": ""},
+        {"value": "ünï"},
+        {"value": {"n": 1, "pad": "x"}},
+        {"value": [1, None]},
+        {"value": 0},
+        {"value": False},
+        {"key": 5, "value": "v"},  # refused: the general path says why
+        {"key": ["k"]},
+        {"key": "k", "value": "v", "partition": 1},  # not plain: the general path
+        {"key": "k", "headers": {}},
+        "not an object",
+        None,
+    ],
+)
+def test_a_request_parses_each_record_as_parse_record_does(raw: Any) -> None:
+    # parse_request takes a shortcut for {"key"?, "value"?} records; it must not change a result
+    assert parse_request({"records": [{"value": 1}, raw]}, "t", NOW)[1] == parse_record(raw, "t", "records[1]", NOW)
+
+
+@pytest.mark.parametrize(
     ("body", "field"),
     [
         ([], "records"),
