@@ -73,44 +73,50 @@ async def write(
     results: list[dict[str, Any] | None] = [None] * len(records)
     out = Written([])
     sending: list[tuple[Outgoing, str, int]] = []
-    where: list[tuple[int, int | None]] = []  # (index in the request, due time of a delayed one)
+    where: list[int] = []  # index in the request of each record sent
+    dues: dict[int, int] = {}  # index → due time, of the delayed ones
     for i, rec in enumerate(records):
         if isinstance(rec, Refused):
             results[i] = rec.result()
             out.refused += 1
             continue
-        count = partitions[rec.topic]
-        if rec.partition is not None and rec.partition >= count:
+        if rec.partition is not None and rec.partition >= (count := partitions[rec.topic]):
             results[i] = {
                 "error": f"topic {rec.topic!r} has partitions 0-{count - 1}",
                 "field": f"records[{i}].partition",
             }
             out.refused += 1
             continue
-        due = rec.due_ms if rec.due_ms is not None and rec.due_ms > now_ms else None
-        sent = rec if due is None else delay_record(rec, due)
-        sending.append((sent, rec.topic if due is None else delay_topic, sent.size))
-        where.append((i, due))
+        if rec.due_ms is not None and rec.due_ms > now_ms:
+            dues[i] = rec.due_ms
+            rec = delay_record(rec, rec.due_ms)
+            sending.append((rec, delay_topic, rec.size))
+        else:
+            sending.append((rec, rec.topic, rec.size))
+        where.append(i)
     acks: list[Ack | None] = []
     busy = None
     if sending:
         fut, busy = producer.send_many(sending)
         acks = await fut
-    for (i, due), (_, _, size), ack in zip(where, sending, acks, strict=True):
+    written = scheduled = failed = size_written = 0
+    for i, (_, _, size), ack in zip(where, sending, acks, strict=True):
         if ack is None:  # not queued: Kafka could not take it
             results[i] = {"error": str(busy)}
-            out.failed += 1
+            failed += 1
         elif ack[0] is not None:
             results[i] = {"error": f"not acknowledged by Kafka: {ack[0].str()}"}
-            out.failed += 1
-        elif due is None:
+            failed += 1
+        elif i not in dues:
             results[i] = {"partition": ack[1], "offset": ack[2]}
-            out.records += 1
-            out.bytes += size
+            written += 1
+            size_written += size
         else:
+            due = dues[i]
             results[i] = {"scheduled": True, "id": f"{delay_topic}/{ack[1]}/{ack[2]}", "deliver_at": due}
-            out.scheduled += 1
-            out.bytes += size
+            scheduled += 1
+            size_written += size
+    out.records, out.scheduled, out.failed, out.bytes = written, scheduled, failed, size_written
     if busy is not None and out.refused == 0 and all(ack is None for ack in acks):  # Kafka took none
         raise Unavailable(str(busy), busy.retry_after_s, [r or {} for r in results])
     out.results = [r or {} for r in results]

@@ -72,6 +72,29 @@ class _Pending:
         self.size = 0
 
 
+def groups(items: Sequence[tuple[Outgoing, str, int]], run_max: int) -> Iterator[tuple[int, int]]:
+    """A request's records — (record, topic, size) each — in order, as ``items[start:stop]`` ranges
+    sent in one call each: a run of consecutive records for one topic with neither headers nor a
+    chosen partition (``produce_batch`` costs librdkafka about half the CPU per record of one
+    ``produce()`` each), or one record alone. A record over ``run_max`` bytes, which librdkafka may
+    refuse for its size (``message.max.bytes``), is alone, so that its refusal stops the request
+    there; so is the record of a one-record request (cheaper that way)."""
+    start = 0  # of the run being gathered; empty when start == i
+    run_topic = ""
+    for i, (rec, topic, size) in enumerate(items):
+        plain = not rec.headers and rec.partition is None and size <= run_max
+        if start < i and (not plain or topic != run_topic):
+            yield start, i
+            start = i
+        if not plain:
+            yield i, i + 1
+            start = i + 1
+        elif start == i:
+            run_topic = topic
+    if start < len(items):
+        yield start, len(items)
+
+
 class Producer:
     def __init__(
         self,
@@ -151,8 +174,8 @@ class Producer:
         with self._swap:
             producer = self._p
             fit, over = self._within_bound(items)
-            for group in self._groups(items[:fit]):
-                n, n_bytes, refused = self._send_group(producer, pending, group)
+            for start, stop in groups(items[:fit], self._run_max):
+                n, n_bytes, refused = self._send_group(producer, pending, items, start, stop)
                 queued, queued_bytes = queued + n, queued_bytes + n_bytes
                 if refused is not None:
                     busy = refused
@@ -182,53 +205,38 @@ class Producer:
             held += size
         return len(items), None
 
-    def _groups(self, items: Sequence[tuple[Outgoing, str, int]]) -> Iterator[list[tuple[int, Outgoing, str, int]]]:
-        """The records in order, as groups sent in one call each: a run of consecutive records for
-        one topic with neither headers nor a chosen partition (``produce_batch`` costs librdkafka
-        about half the CPU per record of one ``produce()`` each), or one record alone. A record
-        librdkafka may refuse for its size (``message.max.bytes``) is alone, so that its refusal
-        stops the request there; so is the record of a one-record request (cheaper that way)."""
-        run: list[tuple[int, Outgoing, str, int]] = []
-        for i, (rec, topic, size) in enumerate(items):
-            plain = len(items) > 1 and not rec.headers and rec.partition is None and size <= self._run_max
-            if run and (not plain or topic != run[0][2]):
-                yield run
-                run = []
-            if plain:
-                run.append((i, rec, topic, size))
-            else:
-                yield [(i, rec, topic, size)]
-        if run:
-            yield run
-
     def _send_group(
-        self, producer: Any, pending: _Pending, group: list[tuple[int, Outgoing, str, int]]
+        self, producer: Any, pending: _Pending, items: Sequence[tuple[Outgoing, str, int]], start: int, stop: int
     ) -> tuple[int, int, Busy | None]:
-        """Queue one group (see :meth:`_groups`). Returns how many records were queued, their
-        bytes, and the :class:`Busy` for the first one Kafka refused, if any (a refused record's
-        callback is never called). The bytes bound refuses long before librdkafka's queue is full,
-        so a refusal inside a run is a fatal producer error, which refuses the rest of it too."""
+        """Queue ``items[start:stop]``, one range of :func:`groups`. Returns how many records were
+        queued, their bytes, and the :class:`Busy` for the first one Kafka refused, if any (a
+        refused record's callback is never called). The bytes bound refuses long before
+        librdkafka's queue is full, so a refusal inside a run is a fatal producer error, which
+        refuses the rest of it too."""
         on_ack = self._on_ack
-        if len(group) == 1:
-            i, rec, topic, size = group[0]
+        if stop - start == 1:
+            rec, topic, size = items[start]
             try:
                 producer.produce(
                     topic,
                     rec.value,
                     rec.key,
                     partition=-1 if rec.partition is None else rec.partition,
-                    headers=cast(Any, rec.headers),
-                    on_delivery=partial(on_ack, pending, i),
+                    headers=cast(Any, rec.headers or None),
+                    on_delivery=partial(on_ack, pending, start),
                 )
             except (BufferError, KafkaException) as exc:
                 return 0, 0, self._refused(exc)
             return 1, size, None
-        topic = group[0][2]
-        run = [{"value": rec.value, "key": rec.key, "callback": partial(on_ack, pending, i)} for i, rec, _, _ in group]
-        producer.produce_batch(topic, run)
+        group = items[start:stop]
+        run = [
+            {"value": rec.value, "key": rec.key, "callback": partial(on_ack, pending, i)}
+            for i, (rec, _, _) in enumerate(group, start)
+        ]
+        producer.produce_batch(group[0][1], run)
         busy: Busy | None = None
         n = n_bytes = 0
-        for msg, (_, _, _, size) in zip(run, group, strict=True):
+        for msg, (_, _, size) in zip(run, group, strict=True):
             err = msg.get("_error")
             if err is None:
                 n += 1
