@@ -1,6 +1,6 @@
 """Produce over HTTP: `ferry gateway` beside a trivial HTTP server and a naive gateway, one run.
 
-    python3 -m bench.gateway [--seconds 10] [--connections 32]
+    python3 -m bench.gateway [--seconds 10] [--connections 32,64,128,256]
 
 Rows, each loaded by wrk (a separate process, keep-alive, closed loop) with the same requests, at
 1 and at 100 records per request, on the embedded broker:
@@ -15,11 +15,15 @@ Rows, each loaded by wrk (a separate process, keep-alive, closed loop) with the 
 
 Beside them, the client floor: the same records produced from Python without HTTP — confluent-kafka's
 ``produce()`` with a delivery callback per record (the least a gateway that answers each record's
-offset does), in a process of its own with as many records in flight as wrk's connections carry at
-100 per request. No gateway in Python can go under its CPU per record.
+offset does), in a process of its own with as many records in flight as the most connections of
+the sweep carry at 100 per request. No gateway in Python can go under its CPU per record.
 
-Printed per row: requests/s, records/s, p50/p99 request latency (wrk's), the server's CPU per 1,000
-records. Needs ``wrk`` on PATH (Debian: ``apt-get install wrk``).
+Each row runs once per connection count of ``--connections`` and keeps the run with the most
+requests/s: a server that answers only once Kafka acknowledged is bound by that latency at few
+connections, so its maximum rate needs more of them than a trivial server's does. Printed per row:
+the connections of that run, requests/s, records/s, p50/p99 request latency (wrk's), the server's
+CPU per 1,000 records; then every run of the sweep. Needs ``wrk`` on PATH (Debian:
+``apt-get install wrk``).
 """
 
 from __future__ import annotations
@@ -233,7 +237,7 @@ def wrk(url: str, body: str, seconds: int, connections: int, workdir: Path, keye
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=10)
-    ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--connections", default="32,64,128,256", help="wrk connection counts tried per row")
     ap.add_argument("role", nargs="?", choices=["trivial", "naive", "floor"])
     ap.add_argument("--port", type=int)
     ap.add_argument("--bootstrap")
@@ -245,7 +249,7 @@ def main() -> None:
         serve_naive(a.port, a.bootstrap)
         return
     if a.role == "floor":
-        client_floor(a.bootstrap, a.seconds, a.connections * 100)
+        client_floor(a.bootstrap, a.seconds, int(a.connections) * 100)
         return
     if shutil.which("wrk") is None:
         sys.exit("bench.gateway needs wrk on PATH (apt-get install wrk)")
@@ -261,7 +265,9 @@ def main() -> None:
         db_url = f"sqlite:///{work}/meta.db"
         runner.upgrade(db_url)
         env = {"PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1]))}
+        conns = [int(c) for c in a.connections.split(",")]
         rows = []
+        sweep: list[tuple[str, int, dict[str, float]]] = []
         for name in ("trivial", "naive", "ferry"):
             port = embedded.free_port()
             if name == "ferry":
@@ -285,28 +291,47 @@ def main() -> None:
             runs = [(name, 1, False), (name, 100, False)] + ([("ferry+key", 1, True)] if name == "ferry" else [])
             for row, per_request, keyed in runs:
                 body = json.dumps({"records": request_records(per_request)})
-                wrk(url, body, 2, a.connections, work, keyed)  # warm-up
-                assert proc.proc is not None
-                cpu0 = cpu_seconds(proc.proc.pid)
-                r = wrk(url, body, a.seconds, a.connections, work, keyed)
-                cpu = cpu_seconds(proc.proc.pid) - cpu0
-                records = r["rps"] * per_request * a.seconds
-                rows.append((row, per_request, r, 1000 * cpu / max(1.0, records) * 1000))
+                wrk(url, body, 2, conns[0], work, keyed)  # warm-up
+                best: tuple[dict[str, float], float] | None = None
+                for c in conns:
+                    assert proc.proc is not None
+                    cpu0 = cpu_seconds(proc.proc.pid)
+                    r = wrk(url, body, a.seconds, c, work, keyed)
+                    cpu = cpu_seconds(proc.proc.pid) - cpu0
+                    records = r["rps"] * per_request * a.seconds
+                    r["conns"] = c
+                    cpu_ms = 1000 * cpu / max(1.0, records) * 1000
+                    sweep.append((row, per_request, r))
+                    if best is None or r["rps"] > best[0]["rps"]:
+                        best = (r, cpu_ms)
+                assert best is not None
+                rows.append((row, per_request, *best))
             proc.stop()
-        floor = run_floor(bootstrap, a.seconds, a.connections * 100, env)
-        print(f"\nbench.gateway: {a.seconds} s per row, wrk -t2 -c{a.connections}, embedded broker, 6 partitions\n")
-        head = ("rec/req", "req/s", "records/s", "p50 ms", "p99 ms", "CPU ms/1k rec", "non-2xx")
-        widths = (7, 9, 10, 7, 7, 13, 7)
+        floor = run_floor(bootstrap, a.seconds, max(conns) * 100, env)
+        print(
+            f"\nbench.gateway: {a.seconds} s per run, wrk -t2 with -c{'/'.join(map(str, conns))} per row "
+            "(the best run shown), embedded broker, 6 partitions\n"
+        )
+        head = ("rec/req", "conns", "req/s", "records/s", "p50 ms", "p99 ms", "CPU ms/1k rec", "non-2xx")
+        widths = (7, 5, 9, 10, 7, 7, 13, 7)
         print(f"{'server':9} " + " ".join(f"{h:>{w}}" for h, w in zip(head, widths, strict=True)))
         for name, per, r, cpu_ms in rows:
             print(
-                f"{name:9} {per:>7} {r['rps']:>9,.0f} {r['rps'] * per:>10,.0f} {r['p50']:>7.2f} {r['p99']:>7.2f} "
+                f"{name:9} {per:>7} {r['conns']:>5.0f} {r['rps']:>9,.0f} {r['rps'] * per:>10,.0f} {r['p50']:>7.2f} "
+                f"{r['p99']:>7.2f} "
                 f"{cpu_ms:>13.1f} {r['errors']:>7.0f}"
             )
         print(
-            f"{'floor':9} {'':>7} {'':>9} {floor['records_s']:>10,.0f} {'':>7} {'':>7} {floor['cpu_us']:>13.1f}"
+            f"{'floor':9} {'':>7} {'':>5} {'':>9} {floor['records_s']:>10,.0f} {'':>7} {'':>7} {floor['cpu_us']:>13.1f}"
             "   (confluent-kafka produce() + delivery callback per record, no HTTP)"
         )
+        print("\nevery run (requests/s, p99 ms):")
+        for name, per in dict.fromkeys((n, p) for n, p, _ in sweep):
+            runs_of = [r for n, p, r in sweep if (n, p) == (name, per)]
+            print(
+                f"  {name:9} {per:>3}: "
+                + ", ".join(f"-c{r['conns']:.0f} {r['rps']:,.0f} ({r['p99']:.1f})" for r in runs_of)
+            )
         by = {(n, p): r for n, p, r, _ in rows}
         cpu_by = {(n, p): cpu for n, p, _, cpu in rows}
         keyed_cpu_ms, plain_cpu_ms = cpu_by[("ferry+key", 1)], cpu_by[("ferry", 1)]
@@ -333,7 +358,9 @@ def main() -> None:
                 ]
                 for per in (1, 100)
             ],
-            f"wrk -t2 -c{a.connections} keep-alive; the broker shares the same 2 cores; an aiohttp server "
+            f"wrk -t2 keep-alive, each row the best of -c{'/'.join(map(str, conns))} (Ferry's connections: "
+            f"{by[('ferry', 1)]['conns']:.0f} and {by[('ferry', 100)]['conns']:.0f}); the broker shares the same 2 "
+            "cores; an aiohttp server "
             f"alone answers {by[('trivial', 1)]['rps']:,.0f} requests/s here; confluent-kafka alone (produce() and a "
             f"delivery callback per record, no HTTP) produces {floor['records_s']:,.0f} records/s at "
             f"{floor['cpu_us']:.1f} µs of CPU per record; one record per request with an Idempotency-Key of its "
