@@ -9,9 +9,11 @@ One request with a key, in order:
 
 1. If the key is known as ``done``: the same body answers the stored answer; another body is
    :class:`Conflicting` (422).
-2. Otherwise the replica appends a ``claim`` for the key and reads the topic up to it. The first
-   claim in the log wins: the winner runs the request; a loser waits for the winner's ``done``
-   (or, if it does not come in time, answers :class:`InProgress`, 409 with ``Retry-After``).
+2. Otherwise the replica appends a ``claim`` for the key and reads the topic up to it (or, when
+   its tail had already read every entry before the claim and no other request waits for the
+   tail, decides at once). The first claim in the log wins: the winner runs the request; a loser
+   waits for the winner's ``done`` (or, if it does not come in time, answers
+   :class:`InProgress`, 409 with ``Retry-After``).
 3. The winner appends ``done`` with the answer (acknowledged by the brokers) before answering.
    A request that could not write anything (503) appends ``released`` instead: a retry runs again.
 
@@ -66,6 +68,15 @@ class Entry:
     at_ms: int
     status: int = 0
     answer: dict[str, Any] | None = None
+
+
+def first_claim(old: Entry | None, claim: Entry, now: int) -> Entry:
+    """The key's entry once ``claim`` is read after ``old`` (what every entry before it left): an
+    earlier claim still live — not released, within 24 h, or done — stays; otherwise ``claim``
+    is the first."""
+    if old is not None and old.claim != claim.claim and old.state != "released" and now - old.at_ms < KEEP_MS:
+        return old
+    return claim
 
 
 class Idempotency:
@@ -132,8 +143,15 @@ class Idempotency:
         if known is not None:
             return known[0], known[1], True
         claim = secrets.token_hex(8)
-        partition, offset = await self._append(kkey, Entry("claimed", fingerprint, claim, now_ms()))
-        await self._until_read(partition, offset)
+        ours = Entry("claimed", fingerprint, claim, now_ms())
+        partition, offset = await self._append(kkey, ours)
+        if not self._waiters and self._positions.get(partition, 0) >= offset:
+            # The tail has read every entry before our claim: whether one of them claimed the key
+            # first is known without reading our own back. Only while no other request waits for
+            # the tail: those are released together and share their next writes' batches.
+            self._remember(kkey, first_claim(self._entries.get(kkey), ours, now_ms()))
+        else:
+            await self._until_read(partition, offset)
         entry = self._entries.get(kkey)
         if entry is None or entry.claim != claim:
             return await self._wait_for_other(kkey, fingerprint)
@@ -226,11 +244,16 @@ class Idempotency:
             return
         kkey = cast(bytes, msg.key())
         old = self._entries.get(kkey)
-        if old is not None and new.state == "claimed" and old.state != "released" and now_ms() - old.at_ms < KEEP_MS:
-            return
-        if old is not None and new.state != "claimed" and new.claim != old.claim and old.state != "released":
+        if new.state == "claimed":
+            if first_claim(old, new, now_ms()) is old:
+                return  # a later claim never replaces an earlier live one
+        elif old is not None and new.claim != old.claim and old.state != "released":
             return  # the outcome of a claim that lost
-        self._entries[kkey] = new
+        self._remember(kkey, new)
+
+    def _remember(self, kkey: bytes, entry: Entry) -> None:
+        """(Tail or loop thread.) The key's entry now, most recent last, within ``max_entries``."""
+        self._entries[kkey] = entry
         self._entries.move_to_end(kkey)
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
