@@ -251,6 +251,9 @@ def main() -> None:
     if a.role == "floor":
         client_floor(a.bootstrap, a.seconds, int(a.connections) * 100)
         return
+    conns = [int(c) for c in a.connections.split(",")]
+    if min(conns) < 2:
+        sys.exit("--connections: each count must be at least 2 (wrk runs two threads)")
     if shutil.which("wrk") is None:
         sys.exit("bench.gateway needs wrk on PATH (apt-get install wrk)")
     work = Path(tempfile.mkdtemp(prefix="ferry-bench-gw-"))
@@ -265,7 +268,6 @@ def main() -> None:
         db_url = f"sqlite:///{work}/meta.db"
         runner.upgrade(db_url)
         env = {"PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1]))}
-        conns = [int(c) for c in a.connections.split(",")]
         rows = []
         sweep: list[tuple[str, int, dict[str, float]]] = []
         for name in ("trivial", "naive", "ferry"):
