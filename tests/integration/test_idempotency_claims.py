@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from ferry.gateway.idempotency import Idempotency
+from tests.support.wait import until_async
 
 pytestmark = pytest.mark.integration
 
@@ -57,10 +58,7 @@ async def _scenario(bootstrap: str, topic: str) -> None:
         # Another replica claimed first and is still running: ours waits and answers its answer.
         hold = asyncio.Event()
         theirs = asyncio.create_task(other.run("tok", "k3", "fp", runner("other", hold)))
-        deadline = loop.time() + 20
-        while "other" not in runs:  # its claim is written and won
-            assert loop.time() < deadline, "the other replica never ran its request"
-            await asyncio.sleep(0.01)
+        await until_async(lambda: "other" in runs, timeout_s=20, what="the other replica running its request")
         mine = asyncio.create_task(ours.run("tok", "k3", "fp", runner("mine")))
         done, _ = await asyncio.wait({mine}, timeout=0.3)
         assert not done and "mine" not in runs  # it waits for the first claim's outcome
