@@ -1,9 +1,9 @@
 """The gateway's HTTP surface: thin handlers over :mod:`ferry.gateway.produce`,
 :mod:`ferry.gateway.transactions` and :mod:`ferry.gateway.idempotency` (docs/contract.md §9, §11).
 
-One request handler (:func:`create_handler`) serves aiohttp's low-level server: it authenticates,
-reads the request under its connection's deadline (:mod:`ferry.gateway.deadlines`), routes it to
-one of a few paths, and answers every error as JSON.
+One request handler (:func:`create_handler`) serves the gateway's HTTP server
+(:mod:`ferry.gateway.httpd`): it authenticates, reads the request's body under its connection's
+deadline, routes it to one of a few paths, and answers every error as JSON.
 
 Every route but ``/healthz`` and ``/metrics`` needs ``Authorization: Bearer <token>`` (an ``admin``
 token, or a ``produce`` token whose topic patterns match). Errors are JSON ``{"error", "field"}``
@@ -20,14 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ferry import log, txn
 from ferry.clock import now_ms
 from ferry.errors import ValidationError
-from ferry.gateway import deadlines
 from ferry.gateway import records as rq
+from ferry.gateway.httpd import Handler, HttpError, Request, Response
 from ferry.gateway.idempotency import Conflicting, Idempotency, InProgress
 from ferry.gateway.metrics import GatewayMetrics
 from ferry.gateway.openapi import OPENAPI
@@ -39,7 +38,6 @@ from ferry.gateway.transactions import Transactions
 from ferry.txnlog import TxnLogError, TxnTooLarge
 
 _log = log.get_logger(__name__)
-Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 PUBLIC = ("/healthz", "/metrics")
 SEED_ROUTE = "/v1/kafka/send"
 
@@ -67,19 +65,16 @@ class Gateway:
     max_body_bytes: int
 
 
-PRINCIPAL = web.RequestKey("principal", Principal)
-Route = Callable[[Gateway, web.BaseRequest, str], Awaitable[web.StreamResponse]]
+Route = Callable[[Gateway, Request, str], Awaitable[Response]]
 """A route's handler: the gateway, the request, and the path's parameter (a topic, an id, or "")."""
 
 
-def _json(status: int, body: dict[str, Any], retry_after_s: int | None = None) -> web.Response:
-    response = web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
-    if retry_after_s is not None:
-        response.headers["Retry-After"] = str(retry_after_s)
-    return response
+def _json(status: int, body: dict[str, Any], retry_after_s: int | None = None) -> Response:
+    headers = None if retry_after_s is None else {"Retry-After": str(retry_after_s)}
+    return Response(status, orjson.dumps(body), headers=headers)
 
 
-def _error_body(request: web.BaseRequest, status: int, message: str, field: str | None) -> dict[str, Any]:
+def _error_body(request: Request, status: int, message: str, field: str | None) -> dict[str, Any]:
     if request.path == SEED_ROUTE:
         return {"code": status, "message": f"{field}: {message}" if field else message}
     return {"error": message, "field": field}
@@ -88,37 +83,30 @@ def _error_body(request: web.BaseRequest, status: int, message: str, field: str 
 def create_handler(gw: Gateway) -> Handler:
     """The gateway's one request handler (see the module's docstring)."""
 
-    async def handle(request: web.BaseRequest) -> web.StreamResponse:
+    async def handle(request: Request) -> Response:
         try:
-            try:
-                if request.path not in PUBLIC:
-                    request[PRINCIPAL] = await _authenticate(gw, request)
-                await deadlines.read_request(request)
-                route, param = _route(request.method, request.path)
-                return await route(gw, request, param)
-            finally:
-                deadlines.answered(request)
+            if request.path not in PUBLIC:
+                request.principal = await _authenticate(gw, request)
+            await request.read()  # the body, once the headers passed (Expect: 100-continue)
+            route, param = _route(request.method, request.path)
+            return await route(gw, request, param)
         except ApiError as exc:
             kind = {401: "auth", 403: "forbidden", 404: "unknown_topic", 413: "too_large", 503: "unavailable"}
             gw.metrics.errors.labels(kind.get(exc.status, "bad_request")).inc()
             return _json(exc.status, _error_body(request, exc.status, exc.message, exc.field), exc.retry_after_s)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
+        except HttpError as exc:
             gw.metrics.errors.labels("too_large" if exc.status == 413 else "http").inc()
-            message = exc.reason
+            message = exc.message
             if exc.status == 413:
                 message = f"the body is over FERRY_MAX_BODY_BYTES ({gw.max_body_bytes:,} bytes)"
-            response = _json(exc.status, _error_body(request, exc.status, message, None))
-            if "Allow" in exc.headers:
-                response.headers["Allow"] = exc.headers["Allow"]
-            return response
+            body = orjson.dumps(_error_body(request, exc.status, message, None))
+            return Response(exc.status, body, headers=exc.headers or None)
 
     return handle
 
 
-async def _authenticate(gw: Gateway, request: web.BaseRequest) -> Principal:
-    header = request.headers.get("Authorization", "")
+async def _authenticate(gw: Gateway, request: Request) -> Principal:
+    header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "missing bearer token: send Authorization: Bearer <token>")
@@ -133,9 +121,9 @@ async def _authenticate(gw: Gateway, request: web.BaseRequest) -> Principal:
     return principal
 
 
-async def _body(request: web.BaseRequest) -> tuple[Any, bytes]:
-    """The request's JSON body. It was read, within the body limit, before the route ran
-    (:func:`ferry.gateway.deadlines.read_request`; a body over it is the handler's 413)."""
+async def _body(request: Request) -> tuple[Any, bytes]:
+    """The request's JSON body. It was read, within the body limit, before the route ran (a body
+    over it is the handler's 413)."""
     raw = await request.read()  # the bytes already read
     try:
         return orjson.loads(raw), raw
@@ -143,8 +131,8 @@ async def _body(request: web.BaseRequest) -> tuple[Any, bytes]:
         raise ApiError(400, f"the body is not valid JSON: {exc}", "body") from None
 
 
-def _allowed(request: web.BaseRequest, topic: str) -> None:
-    if not request[PRINCIPAL].may_produce(topic):
+def _allowed(request: Request, topic: str) -> None:
+    if not request.principal.may_produce(topic):
         raise ApiError(403, f"this token may not produce to topic {topic!r}", "topic")
 
 
@@ -159,10 +147,10 @@ async def _partitions(gw: Gateway, topics: set[str]) -> dict[str, int]:
 
 
 async def _once(
-    gw: Gateway, request: web.BaseRequest, raw: bytes, run: Callable[[], Awaitable[tuple[int, dict[str, Any]]]]
-) -> web.Response:
+    gw: Gateway, request: Request, raw: bytes, run: Callable[[], Awaitable[tuple[int, dict[str, Any]]]]
+) -> Response:
     """Run a produce at most once per ``Idempotency-Key`` (§9), or simply run it without one."""
-    key = request.headers.get("Idempotency-Key")
+    key = request.headers.get("idempotency-key")
     if key is None or gw.idempotency is None:
         status, body = await run()
         return _json(status, body)
@@ -173,21 +161,18 @@ async def _once(
         seen += b"\0x-delay: " + request.headers["x-delay"].encode()
     fingerprint = hashlib.sha256(seen).hexdigest()
     try:
-        status, body, repeated = await gw.idempotency.run(request[PRINCIPAL].name, key, fingerprint, run)
+        status, body, repeated = await gw.idempotency.run(request.principal.name, key, fingerprint, run)
     except Conflicting as exc:
         raise ApiError(422, str(exc), "Idempotency-Key") from None
     except InProgress as exc:
         raise ApiError(409, str(exc), "Idempotency-Key", retry_after_s=1) from None
-    response = _json(status, body)
-    if repeated:
-        response.headers["Idempotent-Replayed"] = "true"
-    return response
+    return Response(status, orjson.dumps(body), headers={"Idempotent-Replayed": "true"} if repeated else None)
 
 
 # --- routes --------------------------------------------------------------------------------------
 
 
-async def produce_records(gw: Gateway, request: web.BaseRequest, topic: str) -> web.Response:
+async def produce_records(gw: Gateway, request: Request, topic: str) -> Response:
     try:
         rq.check_topic(topic)
     except ValidationError as exc:
@@ -208,7 +193,7 @@ async def produce_records(gw: Gateway, request: web.BaseRequest, topic: str) -> 
     return await _once(gw, request, raw, run)
 
 
-async def seed_send(gw: Gateway, request: web.BaseRequest, _: str) -> web.Response:
+async def seed_send(gw: Gateway, request: Request, _: str) -> Response:
     doc, raw = await _body(request)
     now = now_ms()
     try:
@@ -258,7 +243,7 @@ def _txns(gw: Gateway) -> Transactions:
     return found
 
 
-async def txn_prepare(gw: Gateway, request: web.BaseRequest, __: str) -> web.Response:
+async def txn_prepare(gw: Gateway, request: Request, __: str) -> Response:
     doc, _ = await _body(request)
     if not isinstance(doc, dict) or not isinstance(doc.get("records"), list) or not doc["records"]:
         raise ApiError(400, "must be a non-empty list of records, each with its topic", "records")
@@ -298,7 +283,7 @@ async def txn_prepare(gw: Gateway, request: web.BaseRequest, __: str) -> web.Res
     return _json(201, answer)
 
 
-async def _verb(txn_id: str, call: Callable[[str], Awaitable[dict[str, Any]]]) -> web.Response:
+async def _verb(txn_id: str, call: Callable[[str], Awaitable[dict[str, Any]]]) -> Response:
     try:
         return _json(200, await call(txn_id))
     except txn.TxnError as exc:
@@ -307,33 +292,33 @@ async def _verb(txn_id: str, call: Callable[[str], Awaitable[dict[str, Any]]]) -
         raise ApiError(503, f"the transaction log cannot be reached now: {exc}", retry_after_s=2) from None
 
 
-async def txn_commit(gw: Gateway, _: web.BaseRequest, txn_id: str) -> web.Response:
+async def txn_commit(gw: Gateway, _: Request, txn_id: str) -> Response:
     return await _verb(txn_id, _txns(gw).commit)
 
 
-async def txn_rollback(gw: Gateway, _: web.BaseRequest, txn_id: str) -> web.Response:
+async def txn_rollback(gw: Gateway, _: Request, txn_id: str) -> Response:
     return await _verb(txn_id, _txns(gw).rollback)
 
 
-async def txn_get(gw: Gateway, _: web.BaseRequest, txn_id: str) -> web.Response:
+async def txn_get(gw: Gateway, _: Request, txn_id: str) -> Response:
     return await _verb(txn_id, _txns(gw).get)
 
 
 # --- service routes ------------------------------------------------------------------------------
 
 
-async def healthz(gw: Gateway, _: web.BaseRequest, __: str) -> web.Response:
+async def healthz(gw: Gateway, _: Request, __: str) -> Response:
     if gw.producer.down:
         return _json(503, {"status": "kafka unreachable", "service": "gateway"}, retry_after_s=2)
     return _json(200, {"status": "ok", "service": "gateway", "in_flight_bytes": gw.producer.in_flight_bytes})
 
 
-async def metrics(gw: Gateway, _: web.BaseRequest, __: str) -> web.Response:
+async def metrics(gw: Gateway, _: Request, __: str) -> Response:
     gw.metrics.in_flight.set(gw.producer.in_flight_bytes)
-    return web.Response(body=generate_latest(gw.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    return Response(200, generate_latest(gw.metrics.registry), content_type=CONTENT_TYPE_LATEST)
 
 
-async def openapi(_: Gateway, __: web.BaseRequest, ___: str) -> web.Response:
+async def openapi(_: Gateway, __: Request, ___: str) -> Response:
     return _json(200, OPENAPI)
 
 
@@ -364,11 +349,11 @@ def _route(method: str, path: str) -> tuple[Route, str]:
             param, slash, verb = path[len(_TXN) :].partition("/")
             routes = (_TXN_VERBS.get(verb) if slash else _TXN_GET) if param else None
     if routes is None:
-        raise web.HTTPNotFound()
+        raise HttpError(404)
     route = routes.get("GET" if method == "HEAD" else method)
     if route is None:
         allowed = set(routes) | ({"HEAD"} if "GET" in routes else set())
-        raise web.HTTPMethodNotAllowed(method, allowed)
+        raise HttpError(405, headers={"Allow": ",".join(sorted(allowed))})
     return route, param
 
 

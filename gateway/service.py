@@ -17,12 +17,10 @@ import gc
 import signal
 from typing import Any
 
-from aiohttp import web
-
 from ferry import db, log, runtime
 from ferry.config import Settings
 from ferry.gateway.app import Gateway, create_handler
-from ferry.gateway.deadlines import Guarded, GuardedServer
+from ferry.gateway.httpd import Server
 from ferry.gateway.idempotency import Idempotency
 from ferry.gateway.metrics import GatewayMetrics
 from ferry.gateway.producer import Producer
@@ -86,23 +84,15 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
         await asyncio.to_thread(gw.idempotency.start, loop)
     if gw.transactions is not None:
         await asyncio.to_thread(gw.transactions.log.ensure)
-    Guarded.read_timeout_s = settings.gateway.read_timeout_ms / 1000
     # As the worker does: what start-up built stays out of every collection, and the young
     # generation is collected every 100,000 allocations, not every 700 (a full collection over a
     # busy gateway's objects was a request's whole latency budget).
     gc.freeze()
     gc.set_threshold(100_000, 10, 10)
-    server = GuardedServer(
-        create_handler(gw),
-        max_body_bytes=gw.max_body_bytes,
-        access_log=None,
-        keepalive_timeout=settings.gateway.read_timeout_ms / 1000,
+    server = Server(
+        create_handler(gw), max_body_bytes=gw.max_body_bytes, read_timeout_s=settings.gateway.read_timeout_ms / 1000
     )
-    runner = web.ServerRunner(server)
-    await runner.setup()
-    site = web.TCPSite(runner, settings.gateway.host, settings.gateway.port)
-    await site.start()
-    port = runner.addresses[0][1] if runner.addresses else settings.gateway.port
+    port = await server.start(settings.gateway.host, settings.gateway.port)
     url = f"http://{settings.gateway.host}:{port}"
     _log.info("gateway.listening", host=settings.gateway.host, port=port, url=url)
     stop = asyncio.Event()
@@ -113,7 +103,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
     try:
         await stop.wait()
     finally:
-        await runner.cleanup()  # stops listening, lets requests in flight finish
+        await server.close()  # stops listening, lets requests in flight finish
         left = await asyncio.to_thread(gw.producer.close)
         if gw.idempotency is not None:
             await asyncio.to_thread(gw.idempotency.close)
