@@ -26,7 +26,7 @@ from ferry import log, txn
 from ferry.clock import now_ms
 from ferry.errors import ValidationError
 from ferry.gateway import records as rq
-from ferry.gateway.httpd import Handler, HttpError, Request, Response
+from ferry.gateway.httpmsg import Handler, HttpError, Request, Response
 from ferry.gateway.idempotency import Conflicting, Idempotency, InProgress
 from ferry.gateway.metrics import GatewayMetrics
 from ferry.gateway.openapi import OPENAPI

@@ -29,16 +29,16 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, cast
+from typing import cast
 from urllib.parse import unquote
 
 import httptools
 import orjson
 
 from ferry import log
+from ferry.gateway.httpmsg import ClientGone, Handler, HttpError, Request, Response
 
 _log = log.get_logger(__name__)
 
@@ -46,117 +46,6 @@ MAX_HEAD_BYTES = 64 * 1024
 """The most a request's line and headers may take; more is a 431."""
 MAX_QUEUED = 8
 """Pipelined requests read ahead of the one being handled; reading pauses beyond."""
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-
-
-class HttpError(Exception):
-    """An answer the server or a handler gives instead of the route's: ``status`` with
-    ``message`` (and ``headers``, e.g. ``Allow`` on a 405). The gateway turns it into JSON."""
-
-    def __init__(self, status: int, message: str | None = None, headers: dict[str, str] | None = None) -> None:
-        self.status = status
-        self.message = message or HTTPStatus(status).phrase
-        self.headers = headers or {}
-        super().__init__(self.message)
-
-
-class ClientGone(Exception):
-    """The connection closed before the request's body arrived."""
-
-
-class Response:
-    """An answer: a status, a body and its type, and any other headers."""
-
-    __slots__ = ("body", "content_type", "headers", "status")
-
-    def __init__(
-        self, status: int, body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None
-    ) -> None:
-        self.status = status
-        self.body = body
-        self.content_type = content_type
-        self.headers = headers
-
-
-class Request:
-    """One request: ``method``, ``path`` (percent-decoded, no query), ``headers`` (names in lower
-    case; the first of repeated names), and its body through :meth:`read`. ``principal`` is the
-    handler's: who sent it, once known."""
-
-    __slots__ = (
-        "_body",
-        "_conn",
-        "_size",
-        "_waiter",
-        "complete",
-        "error",
-        "expect",
-        "headers",
-        "keep_alive",
-        "method",
-        "path",
-        "principal",
-        "version",
-    )
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-        self._body: list[bytes] = []
-        self._size = 0
-        self._waiter: asyncio.Future[None] | None = None
-        self.complete = False  # the whole request has arrived
-        self.error: HttpError | None = None  # the request cannot be read: this is its answer
-        self.expect: str | None = None
-        self.headers: dict[str, str] = {}
-        self.keep_alive = True
-        self.method = ""
-        self.path = ""
-        self.principal: Any = None
-        self.version = "1.1"
-
-    async def read(self) -> bytes:
-        """The whole body (``b""`` when there is none), under the connection's read deadline."""
-        if self.expect is not None and self.version == "1.1":
-            if self.expect.lower() != "100-continue":
-                raise HttpError(417, f"Expect: {self.expect[:40]} is not supported (only 100-continue)")
-            self.expect = None
-            if not self.complete and self.error is None:
-                self._conn.send(_CONTINUE)
-        if not self.complete and self.error is None:
-            self._waiter = asyncio.get_running_loop().create_future()
-            await self._waiter
-        if self.error is not None:
-            raise self.error
-        body = self._body
-        return body[0] if len(body) == 1 else b"".join(body)
-
-    def _add(self, chunk: bytes, limit: int) -> None:
-        self._size += len(chunk)
-        if self._size > limit:
-            self._fail(HttpError(413))
-        elif self.error is None:
-            self._body.append(chunk)
-
-    def _fail(self, error: HttpError) -> None:
-        if self.error is None:
-            self.error = error
-            self._body = []
-            self._wake()
-
-    def _done(self) -> None:
-        self.complete = True
-        self._wake()
-
-    def _wake(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def _gone(self) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(ClientGone("the client closed the connection"))
-
-
-Handler = Callable[[Request], Awaitable[Response]]
 
 
 class Server:
@@ -293,12 +182,12 @@ class Connection(asyncio.Protocol):
         self.transport = None
         self.deadline = None
         for request in self.queue:
-            request._gone()
+            request.abandon()
 
     # --- httptools callbacks ---------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self.reading = Request(self)
+        self.reading = Request(self.send)
         self.url = b""
         self.head_bytes = 0
 
@@ -328,12 +217,12 @@ class Connection(asyncio.Protocol):
         request.path = unquote(path.decode("latin-1")) if b"%" in path else path.decode("latin-1")
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.server.max_body_bytes:
-            request._fail(HttpError(413))
+            request.fail(HttpError(413))
         self._enqueue(request)
 
     def on_body(self, chunk: bytes) -> None:
         if self.reading is not None:
-            self.reading._add(chunk, self.server.max_body_bytes)
+            self.reading.feed(chunk, self.server.max_body_bytes)
 
     def on_message_complete(self) -> None:
         request = self.reading
@@ -341,7 +230,7 @@ class Connection(asyncio.Protocol):
         if request is not None:
             if self.queue and request is self.queue[0]:
                 self.disarm()
-            request._done()
+            request.finish()
 
     # --- answering in order --------------------------------------------------------------------
 
@@ -448,12 +337,12 @@ class Connection(asyncio.Protocol):
         request = self.reading
         self.reading = None
         if request is None or not request.method:  # the head was incomplete: a request of its own
-            request = Request(self)
+            request = Request(self.send)
             request.method = "GET"
-            request._fail(error)
+            request.fail(error)
             self._enqueue(request)
         else:
-            request._fail(error)
+            request.fail(error)
 
     def close_when_idle(self) -> None:
         """Close now if no request is being answered, else after the current answer."""
@@ -481,4 +370,4 @@ def _error(exc: HttpError) -> Response:
     return Response(exc.status, orjson.dumps({"error": exc.message, "field": None}), headers=exc.headers or None)
 
 
-__all__ = ["ClientGone", "Connection", "Handler", "HttpError", "Request", "Response", "Server"]
+__all__ = ["MAX_HEAD_BYTES", "Connection", "Server"]

@@ -11,7 +11,9 @@ import httptools
 import orjson
 import pytest
 
-from ferry.gateway.httpd import MAX_HEAD_BYTES, HttpError, Request, Response, Server
+from ferry.gateway.httpd import MAX_HEAD_BYTES, Server
+from ferry.gateway.httpmsg import HttpError, Request, Response
+from tests.support.wait import until_async
 
 LIMIT = 1000  # max body bytes
 
@@ -64,9 +66,11 @@ class App:
 
     def __init__(self) -> None:
         self.release = asyncio.Event()
+        self.started: list[str] = []
         self.finished: list[str] = []
 
     async def __call__(self, request: Request) -> Response:
+        self.started.append(request.path)
         if request.path == "/refuse":  # answers before reading the body
             return Response(401, b'{"error": "no"}')
         body = await request.read()
@@ -159,7 +163,8 @@ async def test_expect_100_continue_invites_the_body_only_when_the_handler_reads_
     _, _, port = served
     for path, first in (("/a", b"HTTP/1.1 100 Continue\r\n\r\n"), ("/refuse", b"HTTP/1.1 401 ")):
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(post(path, b"")[:-4].replace(b"Content-Length: 0", b"Content-Length: 2") + b"\r\nExpect: 100-continue\r\n\r\n")
+        head = post(path, b"")[:-4].replace(b"Content-Length: 0", b"Content-Length: 2")
+        writer.write(head + b"\r\nExpect: 100-continue\r\n\r\n")
         async with asyncio.timeout(5):
             assert (await reader.read(65536)).startswith(first)
             if path == "/a":
@@ -187,7 +192,7 @@ async def test_a_body_refused_before_it_arrived_still_gets_its_answer(served: tu
 
 
 async def test_read_deadline_cuts_slow_clients_not_slow_handlers(served: tuple[Server, App, int]) -> None:
-    server, app, port = served
+    _, app, port = served
     slow_head = await asyncio.open_connection("127.0.0.1", port)
     slow_head[1].write(b"POST /a HTTP/1.1\r\nHost: t\r\n")  # never finishes
     slow_body = await asyncio.open_connection("127.0.0.1", port)
@@ -205,17 +210,15 @@ async def test_read_deadline_cuts_slow_clients_not_slow_handlers(served: tuple[S
 
 
 async def test_a_handler_runs_to_its_end_when_its_client_leaves(served: tuple[Server, App, int]) -> None:
-    _, app, port = served
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    server, app, port = served
+    _, writer = await asyncio.open_connection("127.0.0.1", port)
     writer.write(post("/slow", b"1") + post("/never", b""))
-    await asyncio.sleep(0.1)
+    await until_async(lambda: "/slow" in app.started, 5, "the slow request is handled")
     writer.close()
-    await asyncio.sleep(0.1)
+    await until_async(lambda: not server.conns, 5, "the server saw the client leave")
     app.release.set()
-    async with asyncio.timeout(5):
-        while "/slow" not in app.finished:
-            await asyncio.sleep(0.01)
-    assert "/never" not in app.finished
+    await until_async(lambda: "/slow" in app.finished, 5, "the handler ran to its end")
+    assert "/never" not in app.started
 
 
 async def test_close_answers_what_is_under_way_and_closes_idle_connections() -> None:
@@ -224,7 +227,7 @@ async def test_close_answers_what_is_under_way_and_closes_idle_connections() -> 
     port = await server.start("127.0.0.1", 0)
     idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", port)
     busy = asyncio.create_task(exchange(port, post("/slow", b"") + post("/a", b""), 1, expect_close=True))
-    await asyncio.sleep(0.1)
+    await until_async(lambda: "/slow" in app.started, 5, "the slow request is handled")
     closing = asyncio.create_task(server.close(grace_s=5))
     async with asyncio.timeout(5):
         assert await idle_reader.read() == b""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ferry.gateway import app
-from ferry.gateway.httpd import HttpError
+from ferry.gateway.httpmsg import HttpError
 from ferry.gateway.openapi import OPENAPI
 
 ROUTES = [
