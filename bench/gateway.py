@@ -5,8 +5,10 @@
 Rows, each loaded by wrk (a separate process, keep-alive, closed loop) with the same requests, at
 1 and at 100 records per request, on the embedded broker:
 
-- ``trivial``: aiohttp's low-level server on uvloop (as ``ferry gateway`` runs) answering 200 to
-  the same requests without Kafka — the ceiling of an aiohttp service on this machine;
+- ``trivial``: the gateway's own HTTP server (``ferry.gateway.httpd``) on uvloop answering 200 to
+  the same requests without Kafka — the ceiling of ``ferry gateway`` on this machine;
+- ``aiohttp``: the same trivial answer from aiohttp's low-level server on uvloop (one record per
+  request only) — the ceiling of a gateway built on aiohttp;
 - ``naive``: the obvious gateway — aiohttp handler → ``produce()`` per record → await each
   delivery callback → 200 (acks=all, idempotent, like Ferry's);
 - ``ferry``: ``ferry gateway`` (admin token, no Idempotency-Key);
@@ -68,6 +70,24 @@ COLUMNS = [
 
 
 def serve_trivial(port: int) -> None:
+    import orjson
+    import uvloop
+
+    from ferry.gateway.httpd import Server
+    from ferry.gateway.httpmsg import Request, Response
+
+    async def handle(request: Request) -> Response:
+        body = orjson.loads(await request.read())
+        return Response(200, orjson.dumps({"results": [{"partition": 0, "offset": 0} for _ in body["records"]]}))
+
+    async def serve() -> None:
+        await Server(handle, max_body_bytes=64 * 1024 * 1024, read_timeout_s=30).start("127.0.0.1", port)
+        await asyncio.Event().wait()
+
+    uvloop.run(serve())
+
+
+def serve_aiohttp(port: int) -> None:
     import uvloop
     from aiohttp import web
 
@@ -76,7 +96,7 @@ def serve_trivial(port: int) -> None:
         return web.json_response({"results": [{"partition": 0, "offset": 0} for _ in body["records"]]})
 
     async def serve() -> None:
-        # aiohttp's low-level server, as `ferry gateway` runs (no web.Application, no router)
+        # aiohttp's low-level server: no web.Application, no router
         runner = web.ServerRunner(web.Server(handle, access_log=None))  # bodies here are far under 1 MiB
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -238,12 +258,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--connections", default="32,64,128,256", help="wrk connection counts tried per row")
-    ap.add_argument("role", nargs="?", choices=["trivial", "naive", "floor"])
+    ap.add_argument("role", nargs="?", choices=["trivial", "aiohttp", "naive", "floor"])
     ap.add_argument("--port", type=int)
     ap.add_argument("--bootstrap")
     a = ap.parse_args()
     if a.role == "trivial":
         serve_trivial(a.port)
+        return
+    if a.role == "aiohttp":
+        serve_aiohttp(a.port)
         return
     if a.role == "naive":
         serve_naive(a.port, a.bootstrap)
@@ -270,7 +293,7 @@ def main() -> None:
         env = {"PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1]))}
         rows = []
         sweep: list[tuple[str, int, dict[str, float]]] = []
-        for name in ("trivial", "naive", "ferry"):
+        for name in ("trivial", "aiohttp", "naive", "ferry"):
             port = embedded.free_port()
             if name == "ferry":
                 argv = [sys.executable, "-m", "ferry.cli", "gateway"]
@@ -290,7 +313,8 @@ def main() -> None:
             proc.wait_ready(60)
             time.sleep(1)
             url = f"http://127.0.0.1:{port}/api/v1/topics/{TOPIC}/records"
-            runs = [(name, 1, False), (name, 100, False)] + ([("ferry+key", 1, True)] if name == "ferry" else [])
+            runs = [(name, 1, False)] + ([(name, 100, False)] if name != "aiohttp" else [])
+            runs += [("ferry+key", 1, True)] if name == "ferry" else []
             for row, per_request, keyed in runs:
                 body = json.dumps({"records": request_records(per_request)})
                 wrk(url, body, 2, conns[0], work, keyed)  # warm-up
@@ -362,8 +386,8 @@ def main() -> None:
             ],
             f"wrk -t2 keep-alive, each row the best of -c{'/'.join(map(str, conns))} (Ferry's connections: "
             f"{by[('ferry', 1)]['conns']:.0f} and {by[('ferry', 100)]['conns']:.0f}); the broker shares the same 2 "
-            "cores; an aiohttp server "
-            f"alone answers {by[('trivial', 1)]['rps']:,.0f} requests/s here; confluent-kafka alone (produce() and a "
+            f"cores; the gateway's HTTP server alone answers {by[('trivial', 1)]['rps']:,.0f} requests/s here "
+            f"(aiohttp's low-level server: {by[('aiohttp', 1)]['rps']:,.0f}); confluent-kafka alone (produce() and a "
             f"delivery callback per record, no HTTP) produces {floor['records_s']:,.0f} records/s at "
             f"{floor['cpu_us']:.1f} µs of CPU per record; one record per request with an Idempotency-Key of its "
             f"own: {with_key['rps']:,.0f} requests/s, p50 {with_key['p50']:.1f} ms "
