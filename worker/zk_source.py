@@ -226,10 +226,9 @@ class ZkSource:
                 epoch = await self._try_take_or_give_back(ref)
                 if epoch is not None:
                     self.owned[ref] = epoch
+                    sub = self.desired[ref]
                     try:
-                        await self.engine.acquire(
-                            ref, self.desired[ref], epoch, from_beginning=ref in self.from_beginning
-                        )
+                        await self.engine.acquire(ref, sub, epoch, from_beginning=ref in self.from_beginning)
                     except asyncio.CancelledError:
                         if ref not in self.engine.owned():
                             # Given up before the engine took it: the owner node must not outlive
@@ -246,6 +245,11 @@ class ZkSource:
                         await self._give_back(ref)
                         self.loop.call_later(1.0, self._wake.set)
                         return
+                    latest = self.desired.get(ref)
+                    if latest is not None and latest != sub:
+                        # The subscription changed while the partition was being restored: the
+                        # engine's update reached the runners it had, and this one was not yet.
+                        await self.engine.update_subscription(latest)
                     took_s = time.monotonic() - seen
                     self.engine.metrics.handoff_seconds.labels("acquire").observe(took_s)
                     _log.info("handoff.taken", key=ref.key(), epoch=epoch, wait_ms=int(took_s * 1000))

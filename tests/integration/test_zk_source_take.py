@@ -18,6 +18,7 @@ from ferry import config, zkpaths
 from ferry.subscription import PartitionRef, parse
 from ferry.worker.metrics import WorkerMetrics
 from ferry.worker.zk_source import ZkSource
+from tests.support.wait import until_async
 
 pytestmark = pytest.mark.integration
 
@@ -158,5 +159,64 @@ async def test_two_give_backs_at_once_never_delete_another_workers_node(zk_conne
     finally:
         await asyncio.to_thread(other.stop)
         await asyncio.to_thread(other.close)
+        await asyncio.to_thread(source.zk.stop)
+        await asyncio.to_thread(source.zk.close)
+
+
+async def test_a_subscription_changed_during_the_take_reaches_the_new_runner(
+    zk_connect: str, cluster_name: str
+) -> None:
+    """The leader's next assignment changes the subscription (a new endpoint URL) while the engine is
+    still restoring the partition: the engine's update reaches only the runners it has, so the
+    take must hand the newer subscription on, or the partition pushes to the old URL until the
+    next change (found by `ferry dev`'s second run, which repoints its demo subscription)."""
+    settings = config.load(env={"FERRY_ZK_CONNECT": zk_connect, "FERRY_CLUSTER": cluster_name})
+    restoring = asyncio.Event()
+    restored = asyncio.Event()
+
+    class Runners(NoEngine):
+        """As the engine does: update_subscription updates the runners there are."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.runners: dict[PartitionRef, Any] = {}
+
+        def expect(self, partitions: int) -> None:
+            return None
+
+        async def acquire(self, ref: PartitionRef, sub: Any, epoch: int, from_beginning: bool = False) -> None:
+            restoring.set()
+            await restored.wait()
+            self.runners[ref] = sub
+
+        async def update_subscription(self, sub: Any) -> None:
+            for ref in self.runners:
+                if ref.subscription == sub.name:
+                    self.runners[ref] = sub
+
+    def assignment(url: str) -> bytes:
+        doc = {"name": "s", "topics": ["t"], "endpoint": {"url": url}}
+        entry = {"subscription": "s", "topic": "t", "partition": 0}
+        return json.dumps(
+            {"subscriptions": {"s": parse(doc).to_doc(mask_secrets=False)}, "partitions": [entry]}
+        ).encode()
+
+    engine = Runners()
+    source = ZkSource(engine, settings, "w1")  # type: ignore[arg-type]
+    source.loop = asyncio.get_running_loop()
+    await asyncio.to_thread(source.zk.start, 15)
+    try:
+        ref = PartitionRef("s", "t", 0)
+        source._assignment_changed(assignment("http://127.0.0.1:9/old"))
+        source._reconcile()
+        await asyncio.wait_for(restoring.wait(), 10)
+        source._assignment_changed(assignment("http://127.0.0.1:9/new"))  # while restoring
+        await asyncio.sleep(0)  # the update the assignment spawned runs, finding no runner yet
+        restored.set()
+        await until_async(lambda: ref in engine.runners, 10, "the partition taken")
+        await until_async(
+            lambda: engine.runners[ref].endpoint.url == "http://127.0.0.1:9/new", 5, "the new URL on the runner"
+        )
+    finally:
         await asyncio.to_thread(source.zk.stop)
         await asyncio.to_thread(source.zk.close)
