@@ -6,9 +6,11 @@ stalled for good after two quick rebalances)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -49,13 +51,23 @@ class NoEngine:
         return []
 
 
-async def test_cancelled_take_gives_the_owner_node_back(zk_connect: str, cluster_name: str) -> None:
+@contextlib.asynccontextmanager
+async def started(engine: Any, zk_connect: str, cluster_name: str) -> AsyncIterator[ZkSource]:
+    """A worker's ZooKeeper source over ``engine``, connected; stopped and closed on the way out."""
     settings = config.load(env={"FERRY_ZK_CONNECT": zk_connect, "FERRY_CLUSTER": cluster_name})
-    engine = NoEngine()
-    source = ZkSource(engine, settings, "w1")  # type: ignore[arg-type]
+    source = ZkSource(engine, settings, "w1")
     source.loop = asyncio.get_running_loop()
     await asyncio.to_thread(source.zk.start, 15)
     try:
+        yield source
+    finally:
+        await asyncio.to_thread(source.zk.stop)
+        await asyncio.to_thread(source.zk.close)
+
+
+async def test_cancelled_take_gives_the_owner_node_back(zk_connect: str, cluster_name: str) -> None:
+    engine = NoEngine()
+    async with started(engine, zk_connect, cluster_name) as source:
         ref = PartitionRef("s", "t", 0)
         in_thread = threading.Event()
         real_try_take = source._try_take
@@ -78,15 +90,11 @@ async def test_cancelled_take_gives_the_owner_node_back(zk_connect: str, cluster
         holder = json.loads((await asyncio.to_thread(source.zk.get, owner))[0]) if stat else None
         assert stat is None, f"the cancelled take left the owner node behind: {holder}"
         assert engine.acquired == [] and ref not in source.owned
-    finally:
-        await asyncio.to_thread(source.zk.stop)
-        await asyncio.to_thread(source.zk.close)
 
 
 async def test_take_cancelled_inside_the_engine_gives_the_owner_node_back(zk_connect: str, cluster_name: str) -> None:
     """The engine's acquire is interrupted by a cancellation while the partition is still wanted:
     the owner node is given back and the partition is taken again, never left owned by nobody."""
-    settings = config.load(env={"FERRY_ZK_CONNECT": zk_connect, "FERRY_CLUSTER": cluster_name})
 
     class CancelledOnce(NoEngine):
         async def acquire(self, ref: PartitionRef, sub: Any, epoch: int, from_beginning: bool = False) -> None:
@@ -95,25 +103,21 @@ async def test_take_cancelled_inside_the_engine_gives_the_owner_node_back(zk_con
                 raise asyncio.CancelledError  # e.g. a restore future cancelled under it
 
     engine = CancelledOnce()
-    source = ZkSource(engine, settings, "w1")  # type: ignore[arg-type]
-    source.loop = asyncio.get_running_loop()
-    await asyncio.to_thread(source.zk.start, 15)
-    try:
-        ref = PartitionRef("s", "t", 0)
-        source.desired = {ref: parse({"name": "s", "topics": ["t"], "endpoint": {"url": "http://127.0.0.1:9/"}})}
-        source._reconcile()
-        async with asyncio.timeout(10):
-            while ref not in source.owned or len(engine.acquired) < 2:
-                await asyncio.wait_for(source._wake.wait(), 5)
-                source._wake.clear()
-                source._reconcile()
-                await asyncio.sleep(0.05)
-        assert engine.acquired == [ref, ref] and ref in source.owned
-    finally:
-        for t in list(source.taking.values()):
-            t.cancel()
-        await asyncio.to_thread(source.zk.stop)
-        await asyncio.to_thread(source.zk.close)
+    async with started(engine, zk_connect, cluster_name) as source:
+        try:
+            ref = PartitionRef("s", "t", 0)
+            source.desired = {ref: parse({"name": "s", "topics": ["t"], "endpoint": {"url": "http://127.0.0.1:9/"}})}
+            source._reconcile()
+            async with asyncio.timeout(10):
+                while ref not in source.owned or len(engine.acquired) < 2:
+                    await asyncio.wait_for(source._wake.wait(), 5)
+                    source._wake.clear()
+                    source._reconcile()
+                    await asyncio.sleep(0.05)
+            assert engine.acquired == [ref, ref] and ref in source.owned
+        finally:
+            for t in list(source.taking.values()):
+                t.cancel()
 
 
 async def test_two_give_backs_at_once_never_delete_another_workers_node(zk_connect: str, cluster_name: str) -> None:
@@ -122,45 +126,40 @@ async def test_two_give_backs_at_once_never_delete_another_workers_node(zk_conne
     the node another worker created in between, while that worker serves P."""
     from kazoo.client import KazooClient
 
-    settings = config.load(env={"FERRY_ZK_CONNECT": zk_connect, "FERRY_CLUSTER": cluster_name})
-    source = ZkSource(NoEngine(), settings, "w1")  # type: ignore[arg-type]
-    source.loop = asyncio.get_running_loop()
-    other = KazooClient(hosts=zk_connect)
-    await asyncio.to_thread(source.zk.start, 15)
-    await asyncio.to_thread(other.start, 15)
-    ref = PartitionRef("s", "t", 0)
-    owner = zkpaths.owner(cluster_name, *ref)
-    try:
-        assert await asyncio.to_thread(source._try_take, ref) == 1
-        both_read, gets, deletes = threading.Event(), [0], [0]
-        real_get, real_delete = source.zk.get_async, source.zk.delete_async
+    async with started(NoEngine(), zk_connect, cluster_name) as source:
+        other = KazooClient(hosts=zk_connect)
+        await asyncio.to_thread(other.start, 15)
+        ref = PartitionRef("s", "t", 0)
+        owner = zkpaths.owner(cluster_name, *ref)
+        try:
+            assert await asyncio.to_thread(source._try_take, ref) == 1
+            both_read, gets, deletes = threading.Event(), [0], [0]
+            real_get, real_delete = source.zk.get_async, source.zk.delete_async
 
-        def get_async(path: str, *args: Any, **kwargs: Any) -> Any:
-            gets[0] += 1
-            if gets[0] == 2:
-                both_read.set()
-            return real_get(path, *args, **kwargs)
+            def get_async(path: str, *args: Any, **kwargs: Any) -> Any:
+                gets[0] += 1
+                if gets[0] == 2:
+                    both_read.set()
+                return real_get(path, *args, **kwargs)
 
-        def delete_async(path: str, version: int = -1) -> Any:
-            deletes[0] += 1
-            if deletes[0] == 1:
-                both_read.wait(1.0)  # let a concurrent give-back read our node too, if there is one
-            done = real_delete(path, version=version)
-            done.get(5)
-            if deletes[0] == 1:  # another worker takes P at once
-                other.create(owner, json.dumps({"worker": "w2", "epoch": 2}).encode(), ephemeral=True)
-            return done
+            def delete_async(path: str, version: int = -1) -> Any:
+                deletes[0] += 1
+                if deletes[0] == 1:
+                    both_read.wait(1.0)  # let a concurrent give-back read our node too, if there is one
+                done = real_delete(path, version=version)
+                done.get(5)
+                if deletes[0] == 1:  # another worker takes P at once
+                    other.create(owner, json.dumps({"worker": "w2", "epoch": 2}).encode(), ephemeral=True)
+                return done
 
-        source.zk.get_async = get_async  # type: ignore[method-assign]
-        source.zk.delete_async = delete_async  # type: ignore[method-assign]
-        await asyncio.gather(source._give_back(ref), source._give_back(ref))
-        stat = await asyncio.to_thread(other.exists, owner)
-        assert stat is not None and stat.ephemeralOwner == other.client_id[0], "w2's owner node was deleted"
-    finally:
-        await asyncio.to_thread(other.stop)
-        await asyncio.to_thread(other.close)
-        await asyncio.to_thread(source.zk.stop)
-        await asyncio.to_thread(source.zk.close)
+            source.zk.get_async = get_async  # type: ignore[method-assign]
+            source.zk.delete_async = delete_async  # type: ignore[method-assign]
+            await asyncio.gather(source._give_back(ref), source._give_back(ref))
+            stat = await asyncio.to_thread(other.exists, owner)
+            assert stat is not None and stat.ephemeralOwner == other.client_id[0], "w2's owner node was deleted"
+        finally:
+            await asyncio.to_thread(other.stop)
+            await asyncio.to_thread(other.close)
 
 
 async def test_a_subscription_changed_during_the_take_reaches_the_new_runner(
@@ -170,7 +169,6 @@ async def test_a_subscription_changed_during_the_take_reaches_the_new_runner(
     still restoring the partition: the engine's update reaches only the runners it has, so the
     take must hand the newer subscription on, or the partition pushes to the old URL until the
     next change (found by `ferry dev`'s second run, which repoints its demo subscription)."""
-    settings = config.load(env={"FERRY_ZK_CONNECT": zk_connect, "FERRY_CLUSTER": cluster_name})
     restoring = asyncio.Event()
     restored = asyncio.Event()
 
@@ -202,10 +200,7 @@ async def test_a_subscription_changed_during_the_take_reaches_the_new_runner(
         ).encode()
 
     engine = Runners()
-    source = ZkSource(engine, settings, "w1")  # type: ignore[arg-type]
-    source.loop = asyncio.get_running_loop()
-    await asyncio.to_thread(source.zk.start, 15)
-    try:
+    async with started(engine, zk_connect, cluster_name) as source:
         ref = PartitionRef("s", "t", 0)
         source._assignment_changed(assignment("http://127.0.0.1:9/old"))
         source._reconcile()
@@ -217,6 +212,3 @@ async def test_a_subscription_changed_during_the_take_reaches_the_new_runner(
         await until_async(
             lambda: engine.runners[ref].endpoint.url == "http://127.0.0.1:9/new", 5, "the new URL on the runner"
         )
-    finally:
-        await asyncio.to_thread(source.zk.stop)
-        await asyncio.to_thread(source.zk.close)
