@@ -26,7 +26,7 @@ from ferry import log, txn
 from ferry.clock import now_ms
 from ferry.errors import ValidationError
 from ferry.gateway import records as rq
-from ferry.gateway.httpmsg import Handler, HttpError, Request, Response
+from ferry.gateway.httpmsg import Handler, HttpError, Refusal, Request, Response
 from ferry.gateway.idempotency import Conflicting, Idempotency, InProgress
 from ferry.gateway.metrics import GatewayMetrics
 from ferry.gateway.openapi import OPENAPI
@@ -95,14 +95,26 @@ def create_handler(gw: Gateway) -> Handler:
             gw.metrics.errors.labels(kind.get(exc.status, "bad_request")).inc()
             return _json(exc.status, _error_body(request, exc.status, exc.message, exc.field), exc.retry_after_s)
         except HttpError as exc:
-            gw.metrics.errors.labels("too_large" if exc.status == 413 else "http").inc()
-            message = exc.message
-            if exc.status == 413:
-                message = f"the body is over FERRY_MAX_BODY_BYTES ({gw.max_body_bytes:,} bytes)"
-            body = orjson.dumps(_error_body(request, exc.status, message, None))
-            return Response(exc.status, body, headers=exc.headers or None)
+            return refuse(request, exc)
 
+    refuse = create_refusal(gw)
     return handle
+
+
+def create_refusal(gw: Gateway) -> Refusal:
+    """The answer to an HTTP-level refusal, from the handler or from the server itself (bytes that
+    are not HTTP, a head too large, a failed handler): counted, and shaped as the route's errors."""
+
+    def refuse(request: Request, exc: HttpError) -> Response:
+        kind = {413: "too_large", 500: "internal"}.get(exc.status, "http")
+        gw.metrics.errors.labels(kind).inc()
+        message = exc.message
+        if exc.status == 413:
+            message = f"the body is over FERRY_MAX_BODY_BYTES ({gw.max_body_bytes:,} bytes)"
+        body = orjson.dumps(_error_body(request, exc.status, message, None))
+        return Response(exc.status, body, headers=exc.headers or None)
+
+    return refuse
 
 
 async def _authenticate(gw: Gateway, request: Request) -> Principal:
@@ -357,4 +369,4 @@ def _route(method: str, path: str) -> tuple[Route, str]:
     return route, param
 
 
-__all__ = ["ApiError", "Busy", "Gateway", "create_handler"]
+__all__ = ["ApiError", "Busy", "Gateway", "create_handler", "create_refusal"]

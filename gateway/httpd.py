@@ -35,10 +35,9 @@ from typing import cast
 from urllib.parse import unquote
 
 import httptools
-import orjson
 
 from ferry import log
-from ferry.gateway.httpmsg import ClientGone, Handler, HttpError, Request, Response
+from ferry.gateway.httpmsg import ClientGone, Handler, HttpError, Refusal, Request, Response, plain_refusal
 
 _log = log.get_logger(__name__)
 
@@ -51,8 +50,13 @@ MAX_QUEUED = 8
 class Server:
     """A listening server: its connections, their read deadlines, and a graceful close."""
 
-    def __init__(self, handler: Handler, *, max_body_bytes: int, read_timeout_s: float) -> None:
+    def __init__(
+        self, handler: Handler, *, max_body_bytes: int, read_timeout_s: float, refusal: Refusal = plain_refusal
+    ) -> None:
+        """``refusal``: the answer to a request the server refuses itself (not HTTP, a head too
+        large), to an :class:`HttpError` the handler raised, and to a handler that failed (500)."""
         self.handler = handler
+        self.refusal = refusal
         self.max_body_bytes = max_body_bytes
         self.read_timeout_s = read_timeout_s
         self.conns: set[Connection] = set()
@@ -245,17 +249,18 @@ class Connection(asyncio.Protocol):
         while self.queue and self.transport is not None:
             request = self.queue[0]
             if request.error is not None and request.error.status != 413:  # 413: after the token
-                response = _error(request.error)
+                response = self.server.refusal(request, request.error)
             else:
                 try:
                     response = await self.server.handler(request)
                 except ClientGone:
                     break
                 except HttpError as exc:
-                    response = _error(exc)
+                    response = self.server.refusal(request, exc)
                 except Exception:
                     _log.error("gateway.request.failed", exc_info=True, method=request.method, path=request.path)
-                    response = _error(HttpError(500, "internal error; the gateway's log says more"))
+                    failed = HttpError(500, "internal error; the gateway's log says more")
+                    response = self.server.refusal(request, failed)
             self.queue.popleft()
             last = self.closing or not request.keep_alive or not request.complete or request.error is not None
             self._write(request, response, last)
@@ -339,6 +344,8 @@ class Connection(asyncio.Protocol):
         if request is None or not request.method:  # the head was incomplete: a request of its own
             request = Request(self.send)
             request.method = "GET"
+            if self.url.startswith(b"/"):  # the path is known once the request line was read
+                request.path = unquote(self.url.split(b"?", 1)[0].decode("latin-1"))
             request.fail(error)
             self._enqueue(request)
         else:
@@ -364,10 +371,6 @@ class _StopParsing(Exception):
 
 def _head_too_large() -> HttpError:
     return HttpError(431, f"the request's line and headers are over {MAX_HEAD_BYTES:,} bytes")
-
-
-def _error(exc: HttpError) -> Response:
-    return Response(exc.status, orjson.dumps({"error": exc.message, "field": None}), headers=exc.headers or None)
 
 
 __all__ = ["MAX_HEAD_BYTES", "Connection", "Server"]

@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
+import orjson
+
 _CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
@@ -125,6 +127,14 @@ class Request:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+Refusal = Callable[[Request, HttpError], Response]
+"""What the server answers when it refuses a request itself (bytes that are not HTTP, a head too
+large, a failed handler): the request as far as it was read, and the error."""
 
 
-__all__ = ["ClientGone", "Handler", "HttpError", "Request", "Response"]
+def plain_refusal(_: Request, exc: HttpError) -> Response:
+    """The server's own answer to a refusal: ``{"error", "field": null}``."""
+    return Response(exc.status, orjson.dumps({"error": exc.message, "field": None}), headers=exc.headers or None)
+
+
+__all__ = ["ClientGone", "Handler", "HttpError", "Refusal", "Request", "Response", "plain_refusal"]

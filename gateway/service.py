@@ -19,7 +19,7 @@ from typing import Any
 
 from ferry import db, log, runtime
 from ferry.config import Settings
-from ferry.gateway.app import Gateway, create_handler
+from ferry.gateway.app import Gateway, create_handler, create_refusal
 from ferry.gateway.httpd import Server
 from ferry.gateway.idempotency import Idempotency
 from ferry.gateway.metrics import GatewayMetrics
@@ -90,7 +90,10 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
     gc.freeze()
     gc.set_threshold(100_000, 10, 10)
     server = Server(
-        create_handler(gw), max_body_bytes=gw.max_body_bytes, read_timeout_s=settings.gateway.read_timeout_ms / 1000
+        create_handler(gw),
+        max_body_bytes=gw.max_body_bytes,
+        read_timeout_s=settings.gateway.read_timeout_ms / 1000,
+        refusal=create_refusal(gw),
     )
     port = await server.start(settings.gateway.host, settings.gateway.port)
     url = f"http://{settings.gateway.host}:{port}"

@@ -164,6 +164,36 @@ def test_paths_and_methods_that_are_not_routes(gateway: ServiceProcess) -> None:
     assert seed_unknown.status_code == 404
 
 
+def _errors(c: httpx.Client, kind: str) -> float:
+    for line in c.get("/metrics").text.splitlines():
+        if line.startswith(f'ferry_gateway_errors_total{{kind="{kind}"}} '):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_the_servers_own_refusals_are_counted_and_shaped_as_the_routes(gateway: ServiceProcess) -> None:
+    """Bytes that are not HTTP and a head over 64 KiB are refused before any route runs; they are
+    still counted, and on the seed route they answer in its shape."""
+    too_large = f"POST /v1/kafka/send HTTP/1.1\r\nHost: g\r\nX-Pad: {'p' * 70_000}\r\n\r\n".encode()
+    answers = []
+    with client(gateway) as c:
+        before = _errors(c, "http")
+        for data in (b"NOT HTTP\r\n\r\n", too_large):
+            with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+                sock.sendall(data)
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+                answers.append(answer)
+        after = _errors(c, "http")
+    not_http, seed = (a.partition(b"\r\n\r\n") for a in answers)
+    assert not_http[0].startswith(b"HTTP/1.1 400 ")
+    assert json.loads(not_http[2])["error"].startswith("not a valid HTTP/1.1 request")
+    assert seed[0].startswith(b"HTTP/1.1 431 ")
+    assert json.loads(seed[2]) == {"code": 431, "message": "the request's line and headers are over 65,536 bytes"}
+    assert after - before == 2
+
+
 def _expecting(gateway: ServiceProcess, path: str, token: str, body: bytes, expect: str) -> tuple[bytes, bytes]:
     """Send a request's headers with ``Expect``; what the gateway says before the body is sent,
     and (when it invited the body) its answer after."""

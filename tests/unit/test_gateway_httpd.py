@@ -137,6 +137,40 @@ async def test_requests_and_answers(
     assert all("error" in orjson.loads(a["body"]) for a in got if a["status"] >= 400)
 
 
+async def test_the_servers_own_refusals_go_through_its_refusal() -> None:
+    """What the server refuses itself (not HTTP, a head too large, a failed or refusing handler) is
+    answered by the ``refusal`` it was given, with the request as far as it was read."""
+    seen: list[tuple[str, str, int]] = []
+
+    def refusal(request: Request, exc: HttpError) -> Response:
+        seen.append((request.method, request.path, exc.status))
+        return Response(exc.status, orjson.dumps({"mine": exc.message}))
+
+    server = Server(App(), max_body_bytes=LIMIT, read_timeout_s=2, refusal=refusal)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        cases = [
+            (b"NOT HTTP AT ALL\r\n\r\n", [400]),
+            (post("/a", b"") + b"garbage\r\n\r\n", [200, 400]),  # not the path of the request before
+            (b"POST /v1/kafka/send?x=1 HTTP/1.1\r\nX: " + b"v" * MAX_HEAD_BYTES + b"\r\n\r\n", [431]),
+            (post("/boom", b""), [500]),
+            (post("/missing", b""), [404]),
+        ]
+        for data, statuses in cases:
+            got = await exchange(port, data, len(statuses))
+            assert [a["status"] for a in got] == statuses
+            assert "mine" in orjson.loads(got[-1]["body"])
+    finally:
+        await server.close(grace_s=2)
+    assert seen == [
+        ("GET", "", 400),
+        ("GET", "", 400),
+        ("GET", "/v1/kafka/send", 431),
+        ("POST", "/boom", 500),
+        ("POST", "/missing", 404),
+    ]
+
+
 async def test_what_the_handler_sees(served: tuple[Server, App, int]) -> None:
     _, _, port = served
     pipelined = post("/one", b"1") + chunked("/two", b"2", b"2") + b"GET /a%20b?q=1 HTTP/1.1\r\nX: y\r\nx: z\r\n\r\n"
