@@ -2,8 +2,10 @@
 
     python3 -m bench.transactions [--seconds 10] [--concurrency 32,128,256]
 
-One ``ferry gateway`` process on the embedded broker; a closed-loop aiohttp client (``concurrency``
-requests in flight, keep-alive) in this process. Each row runs once per concurrency given and
+One ``ferry gateway`` process on the embedded broker; a closed-loop client (``concurrency``
+connections, keep-alive, one request in flight on each) in this process, on uvloop with a bare
+HTTP/1.1 client (bench/_raw_http.py) so that it leaves the two cores to the gateway and the broker
+(aiohttp's client cost about 0.14 ms of CPU per request). Each row runs once per concurrency given and
 keeps the run with the most operations/s (at few in flight a transaction waits on its three
 writes in a row, not on CPU); ``--concurrency 1`` measures one at a time. Rows, for 1 and for 10
 records:
@@ -13,9 +15,9 @@ records:
   transaction is both requests, so its latency is their sum.
 
 Printed per row: operations/s (a transaction is one operation), records/s, p50/p99 latency of each
-step, the gateway's and the broker's CPU per operation; then the cost of a transaction as a ratio to a plain produce
-of the same records. Goals (issue #18): a prepare+commit of one record ≤ 3× a plain produce;
-≥ 5,000 transactions/s per gateway process.
+step, the gateway's, the broker's and the client's CPU per operation; then the cost of a
+transaction as a ratio to a plain produce of the same records. Goals (issue #18): a
+prepare+commit of one record ≤ 3× a plain produce; ≥ 5,000 transactions/s per gateway process.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
+import orjson
+import uvloop
 
 from bench import _results
 from bench._harness import cpu_seconds
+from bench._raw_http import Connection
 from ferry.devstack import embedded
 
 TOKEN = "bench-token"
@@ -48,51 +52,51 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000
 
 
-async def run(base: str, kind: str, per: int, seconds: float, concurrency: int) -> dict[str, Any]:
-    headers = {"Authorization": f"Bearer {TOKEN}"}
+async def run(port: int, kind: str, per: int, seconds: float, concurrency: int) -> dict[str, Any]:
     records = [{"key": f"k{i}", "value": {"n": i, "pad": "x" * 80}} for i in range(per)]
-    body_produce = {"records": records}
-    body_prepare = {
-        "records": [{"topic": TOPIC, **r} for r in records],
-        "check_url": "http://127.0.0.1:9/check",
-        "timeout_ms": 600_000,
-    }
+    body_produce = orjson.dumps({"records": records})
+    body_prepare = orjson.dumps(
+        {
+            "records": [{"topic": TOPIC, **r} for r in records],
+            "check_url": "http://127.0.0.1:9/check",
+            "timeout_ms": 600_000,
+        }
+    )
     steps: dict[str, list[float]] = {"produce": [], "prepare": [], "commit": [], "total": []}
     errors = 0
     deadline = time.monotonic() + seconds
-    conn = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(base, headers=headers, connector=conn) as s:
 
-        async def one() -> None:
-            nonlocal errors
-            t0 = time.perf_counter()
-            if kind == "produce":
-                async with s.post(f"/api/v1/topics/{TOPIC}/records", json=body_produce) as r:
-                    await r.read()
-                    errors += r.status != 200
-                steps["produce"].append(time.perf_counter() - t0)
-            else:
-                async with s.post("/api/v1/transactions", json=body_prepare) as r:
-                    doc = await r.json()
-                    if r.status != 201:
-                        errors += 1
-                        return
-                t1 = time.perf_counter()
-                async with s.post(f"/api/v1/transactions/{doc['id']}/commit") as r:
-                    await r.read()
-                    errors += r.status != 200
-                t2 = time.perf_counter()
-                steps["prepare"].append(t1 - t0)
-                steps["commit"].append(t2 - t1)
-            steps["total"].append(time.perf_counter() - t0)
+    async def one(conn: Connection) -> None:
+        nonlocal errors
+        t0 = time.perf_counter()
+        if kind == "produce":
+            status, _ = await conn.post(f"/api/v1/topics/{TOPIC}/records", body_produce)
+            errors += status != 200
+            steps["produce"].append(time.perf_counter() - t0)
+        else:
+            status, answer = await conn.post("/api/v1/transactions", body_prepare)
+            if status != 201:
+                errors += 1
+                return
+            t1 = time.perf_counter()
+            status, _ = await conn.post(f"/api/v1/transactions/{orjson.loads(answer)['id']}/commit")
+            errors += status != 200
+            t2 = time.perf_counter()
+            steps["prepare"].append(t1 - t0)
+            steps["commit"].append(t2 - t1)
+        steps["total"].append(time.perf_counter() - t0)
 
-        async def loop() -> None:
+    async def loop() -> None:
+        conn = Connection("127.0.0.1", port, {"Authorization": f"Bearer {TOKEN}"})
+        try:
             while time.monotonic() < deadline:
-                await one()
+                await one(conn)
+        finally:
+            conn.close()
 
-        started = time.monotonic()
-        await asyncio.gather(*(loop() for _ in range(concurrency)))
-        elapsed = time.monotonic() - started
+    started = time.monotonic()
+    await asyncio.gather(*(loop() for _ in range(concurrency)))
+    elapsed = time.monotonic() - started
     ops = len(steps["total"])
     return {"ops": ops / elapsed, "steps": steps, "errors": errors}
 
@@ -125,21 +129,22 @@ def main() -> None:
         argv = [sys.executable, "-m", "ferry.cli", "gateway"]
         proc = embedded.ServiceProcess("gateway", argv, port, work / "gateway.log", env=env).start()
         proc.wait_ready(60)
-        base = f"http://127.0.0.1:{port}"
         levels = [int(c) for c in a.concurrency.split(",")]
         rows = []
         sweep: list[tuple[str, int, int, float]] = []
         for per in (1, 10):
             for kind in ("produce", "txn"):
-                asyncio.run(run(base, kind, per, 2, levels[0]))  # warm-up
+                uvloop.run(run(port, kind, per, 2, levels[0]))  # warm-up
                 best: dict[str, Any] | None = None
                 for level in levels:
                     assert proc.proc is not None and broker.proc is not None
                     cpu0, broker0 = cpu_seconds(proc.proc.pid), cpu_seconds(broker.proc.pid)
-                    r = asyncio.run(run(base, kind, per, a.seconds, level))
+                    client0 = time.process_time()
+                    r = uvloop.run(run(port, kind, per, a.seconds, level))
                     cpu, broker_cpu = cpu_seconds(proc.proc.pid) - cpu0, cpu_seconds(broker.proc.pid) - broker0
                     r["cpu_ms_per_op"] = 1000 * cpu / max(1, len(r["steps"]["total"]))
                     r["broker_ms_per_op"] = 1000 * broker_cpu / max(1, len(r["steps"]["total"]))
+                    r["client_ms_per_op"] = 1000 * (time.process_time() - client0) / max(1, len(r["steps"]["total"]))
                     r["in_flight"] = level
                     sweep.append((kind, per, level, r["ops"]))
                     if best is None or r["ops"] > best["ops"]:
@@ -161,6 +166,7 @@ def main() -> None:
             "commit p50",
             "CPU ms/op",
             "broker ms/op",
+            "client ms/op",
             "errors",
         )
         print(f"{'kind':8} " + " ".join(f"{h:>11}" for h in head))
@@ -170,7 +176,8 @@ def main() -> None:
                 f"{kind:8} {per:>11} {r['in_flight']:>11} {r['ops']:>11,.0f} {r['ops'] * per:>11,.0f} "
                 f"{pct(st['total'], 0.5):>11.2f} "
                 f"{pct(st['total'], 0.99):>11.2f} {pct(st['prepare'], 0.5):>11.2f} {pct(st['commit'], 0.5):>11.2f} "
-                f"{r['cpu_ms_per_op']:>11.2f} {r['broker_ms_per_op']:>11.2f} {r['errors']:>11}"
+                f"{r['cpu_ms_per_op']:>11.2f} {r['broker_ms_per_op']:>11.2f} {r['client_ms_per_op']:>11.2f} "
+                f"{r['errors']:>11}"
             )
         print("\nevery run (operations/s):")
         for kind, per in dict.fromkeys((k, p) for k, p, _, _ in sweep):
