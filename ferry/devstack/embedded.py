@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -29,10 +30,39 @@ class EmbeddedError(FerryError):
     """An embedded service could not be started; the message carries the tail of its log."""
 
 
+_handed_out: set[int] = set()
+LOWEST_PORT = 10_000
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on now, for a service about to listen on it.
+
+    It is chosen below the kernel's ephemeral range (``ip_local_port_range``), where outgoing
+    connections take their local ports: a port picked inside it can be taken by any client's
+    connection between this call and the service's bind, and the service then fails to start with
+    "address already in use". A port this process handed out before is not handed out again."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(LOWEST_PORT, low) if low > LOWEST_PORT + 1000 else 0
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = int(s.getsockname()[1])
+        _handed_out.add(port)
+        return port
+    raise EmbeddedError(f"no free loopback port found in {LOWEST_PORT}-{low - 1} after 200 tries")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux; 32768, its default, elsewhere)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def port_open(port: int, host: str = "127.0.0.1", timeout_s: float = 0.2) -> bool:

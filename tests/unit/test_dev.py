@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from ferry.cli import _parser as build_parser
-from ferry.devstack import dev
+from ferry.devstack import dev, embedded
 from ferry.errors import ConfigError
 
 
@@ -44,6 +44,28 @@ def test_port_zero_picks_a_free_port() -> None:
     assert 0 < port <= 65535
     with socket.socket() as s:
         s.bind(("127.0.0.1", port))  # free: binding works
+
+
+def test_free_ports_are_below_the_ephemeral_range_and_never_repeat() -> None:
+    """Outgoing connections take their local ports from the ephemeral range, so a port picked there
+    could be taken before the service binds it; below it, only listeners compete."""
+    low = embedded._ephemeral_low()
+    ports = [embedded.free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+    assert all(embedded.LOWEST_PORT <= p < low for p in ports)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", ports[-1]))  # free: binding works
+
+
+def test_a_port_someone_listens_on_is_not_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", embedded.free_port()))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        draws = iter([busy, busy, busy + 1])
+        monkeypatch.setattr(embedded.random, "randrange", lambda *_: next(draws))
+        monkeypatch.setattr(embedded, "_handed_out", set())
+        assert embedded.free_port() == busy + 1
 
 
 @pytest.mark.parametrize("value", [-1, 65536, 100000])
