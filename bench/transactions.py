@@ -5,10 +5,12 @@
 One ``ferry gateway`` process on the embedded broker; a closed-loop client (``concurrency``
 connections, keep-alive, one request in flight on each) in this process, on uvloop with a bare
 HTTP/1.1 client (bench/_raw_http.py) so that it leaves the two cores to the gateway and the broker
-(aiohttp's client cost about 0.14 ms of CPU per request). Each row runs once per concurrency given and
-keeps the run with the most operations/s (at few in flight a transaction waits on its three
-writes in a row, not on CPU); ``--concurrency 1`` measures one at a time. Rows, for 1 and for 10
-records:
+(aiohttp's client cost about 0.14 ms of CPU per request). Each row runs once per concurrency given
+and keeps the run with the most operations/s (at few in flight a transaction waits on its three
+writes in a row, not on CPU); ``--concurrency 1`` measures one at a time. Every run has a broker
+and a gateway of its own, started for it and warmed up for 2 s: the embedded broker (memory only)
+spends more CPU per request the more it holds, so runs on one broker slowed as it filled. Rows,
+for 1 and for 10 records:
 
 - ``produce``: ``POST /api/v1/topics/{topic}/records`` — the baseline;
 - ``txn``: ``POST /api/v1/transactions`` (prepare), then ``POST .../{id}/commit`` — one
@@ -24,12 +26,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,22 +105,18 @@ async def run(port: int, kind: str, per: int, seconds: float, concurrency: int) 
     return {"ops": ops / elapsed, "steps": steps, "errors": errors}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=float, default=10)
-    ap.add_argument("--concurrency", default="32,128,256", help="requests in flight, tried per row")
-    a = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="ferry-bench-txn-"))
-    broker = embedded.kafka_broker(work / "kafka").start().wait_ready(30)
-    bootstrap = f"127.0.0.1:{broker.port}"
-    proc: embedded.ServiceProcess | None = None
-    try:
-        from ferry import kafka
-        from ferry.migrations import runner
+@contextlib.contextmanager
+def fresh_stack(work: Path, db_url: str) -> Iterator[tuple[int, embedded.ServiceProcess, embedded.ServiceProcess]]:
+    """A new embedded broker and a gateway on it: (the gateway's port, the gateway, the broker).
+    The embedded broker spends more CPU per request the more it holds, so every run gets its own."""
+    from ferry import kafka
 
+    here = Path(tempfile.mkdtemp(dir=work))
+    broker = embedded.kafka_broker(here / "kafka").start().wait_ready(30)
+    gateway: embedded.ServiceProcess | None = None
+    try:
+        bootstrap = f"127.0.0.1:{broker.port}"
         kafka.ensure_topic({"bootstrap.servers": bootstrap}, TOPIC, 6)
-        db_url = f"sqlite:///{work}/meta.db"
-        runner.upgrade(db_url)
         port = embedded.free_port()
         env = {
             "PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1])),
@@ -127,25 +127,50 @@ def main() -> None:
             "FERRY_LOG_LEVEL": "WARNING",
         }
         argv = [sys.executable, "-m", "ferry.cli", "gateway"]
-        proc = embedded.ServiceProcess("gateway", argv, port, work / "gateway.log", env=env).start()
-        proc.wait_ready(60)
+        gateway = embedded.ServiceProcess("gateway", argv, port, here / "gateway.log", env=env).start()
+        gateway.wait_ready(60)
+        yield port, gateway, broker
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        broker.stop()
+
+
+def measured(work: Path, db_url: str, kind: str, per: int, seconds: float, level: int) -> dict[str, Any]:
+    """One run on a fresh broker and gateway (after a 2 s warm-up), with the CPU each process spent
+    per operation."""
+    with fresh_stack(work, db_url) as (port, gateway, broker):
+        uvloop.run(run(port, kind, per, 2, level))  # warm-up
+        assert gateway.proc is not None and broker.proc is not None
+        cpu0, broker0, client0 = cpu_seconds(gateway.proc.pid), cpu_seconds(broker.proc.pid), time.process_time()
+        r = uvloop.run(run(port, kind, per, seconds, level))
+        ops = max(1, len(r["steps"]["total"]))
+        r["cpu_ms_per_op"] = 1000 * (cpu_seconds(gateway.proc.pid) - cpu0) / ops
+        r["broker_ms_per_op"] = 1000 * (cpu_seconds(broker.proc.pid) - broker0) / ops
+        r["client_ms_per_op"] = 1000 * (time.process_time() - client0) / ops
+        r["in_flight"] = level
+        return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seconds", type=float, default=10)
+    ap.add_argument("--concurrency", default="32,128,256", help="requests in flight, tried per row")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="ferry-bench-txn-"))
+    try:
+        from ferry.migrations import runner
+
+        db_url = f"sqlite:///{work}/meta.db"
+        runner.upgrade(db_url)
         levels = [int(c) for c in a.concurrency.split(",")]
         rows = []
         sweep: list[tuple[str, int, int, float]] = []
         for per in (1, 10):
             for kind in ("produce", "txn"):
-                uvloop.run(run(port, kind, per, 2, levels[0]))  # warm-up
                 best: dict[str, Any] | None = None
                 for level in levels:
-                    assert proc.proc is not None and broker.proc is not None
-                    cpu0, broker0 = cpu_seconds(proc.proc.pid), cpu_seconds(broker.proc.pid)
-                    client0 = time.process_time()
-                    r = uvloop.run(run(port, kind, per, a.seconds, level))
-                    cpu, broker_cpu = cpu_seconds(proc.proc.pid) - cpu0, cpu_seconds(broker.proc.pid) - broker0
-                    r["cpu_ms_per_op"] = 1000 * cpu / max(1, len(r["steps"]["total"]))
-                    r["broker_ms_per_op"] = 1000 * broker_cpu / max(1, len(r["steps"]["total"]))
-                    r["client_ms_per_op"] = 1000 * (time.process_time() - client0) / max(1, len(r["steps"]["total"]))
-                    r["in_flight"] = level
+                    r = measured(work, db_url, kind, per, a.seconds, level)
                     sweep.append((kind, per, level, r["ops"]))
                     if best is None or r["ops"] > best["ops"]:
                         best = r
@@ -153,7 +178,7 @@ def main() -> None:
                 rows.append((kind, per, best))
         print(
             f"\nbench.transactions: {a.seconds:g} s per run, {'/'.join(map(str, levels))} in flight per row "
-            "(the best run shown), one gateway, embedded broker\n"
+            "(the best run shown), each run on a fresh embedded broker and gateway\n"
         )
         head = (
             "rec/op",
@@ -221,12 +246,10 @@ def main() -> None:
                 for per in (1, 10)
             ],
             f"one gateway, each row the best of {'/'.join(map(str, levels))} in flight (transactions: "
-            f"{by[('txn', 1)]['in_flight']} and {by[('txn', 10)]['in_flight']}), {a.seconds:g} s per run",
+            f"{by[('txn', 1)]['in_flight']} and {by[('txn', 10)]['in_flight']}), {a.seconds:g} s per run, each on a "
+            "fresh broker and gateway",
         )
     finally:
-        if proc is not None:
-            proc.stop()
-        broker.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
