@@ -15,17 +15,21 @@ Rows, each loaded by wrk (a separate process, keep-alive, closed loop) with the 
 - ``ferry+key``: the same at 1 record per request, each request with an ``Idempotency-Key`` of its
   own (the cost of safe retries: two more writes and a read of the keys' topic per request).
 
-Beside them, the client floor: the same records produced from Python without HTTP — confluent-kafka's
-``produce()`` with a delivery callback per record (the least a gateway that answers each record's
-offset does), in a process of its own with as many records in flight as the most connections of
+Beside them, the client floor: the same records produced from Python without HTTP, as the gateway
+queues them — confluent-kafka's ``produce_batch()`` of a request's 100 records with a delivery
+callback per record (the least a gateway that answers each record's offset does), in a process of
+its own with as many records in flight as the most connections of
 the sweep carry at 100 per request. No gateway in Python can go under its CPU per record.
 
 Each row runs once per connection count of ``--connections`` and keeps the run with the most
-requests/s: a server that answers only once Kafka acknowledged is bound by that latency at few
-connections, so its maximum rate needs more of them than a trivial server's does; with 100 records
-per request, a few connections already carry thousands of records, and more cost CPU per record
-(Ferry did 2,816–3,012 such requests/s at 16 connections against 2,445–2,732 at 32). Printed per row:
-the connections of that run, requests/s, records/s, p50/p99 request latency (wrk's), the server's
+requests/s. Every run starts its server afresh (2 s of warm-up load), and a server that writes to
+Kafka gets a fresh embedded broker too: that broker spends more CPU per request the more it holds,
+so rows that ran later on one broker met a slower one. Connections: a server that answers only
+once Kafka acknowledged is bound by that latency at few connections, so its maximum rate needs
+more of them than a trivial server's does; with 100 records per request, a few connections
+already carry thousands of records, and more cost CPU per record (Ferry did 2,816–3,012 such
+requests/s at 16 connections against 2,445–2,732 at 32). Printed per row: the connections of that
+run, requests/s, records/s, p50/p99 request latency (wrk's), the server's
 CPU per 1,000 records; then every run of the sweep. Needs ``wrk`` on PATH (Debian:
 ``apt-get install wrk``).
 """
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -42,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -149,7 +155,9 @@ def serve_naive(port: int, bootstrap: str) -> None:
 def client_floor(bootstrap: str, seconds: float, in_flight: int) -> None:
     """Produce the 100-record body's records in a closed loop for ``seconds``, ``in_flight`` at most
     un-acknowledged; print one JSON line: records/s and CPU µs per record (this process, all
-    threads). Producer settings as ``ferry gateway``'s (idempotent, acks=all, linger 1 ms)."""
+    threads). As ``ferry gateway`` queues them: the 100 records in one ``produce_batch()`` call,
+    each with a delivery callback of its own; producer settings as its (idempotent, acks=all,
+    linger 1 ms); the acknowledgements served by ``poll()`` on the same thread."""
     from confluent_kafka import Producer
 
     # Each record as the gateway writes it: key, and the value's compact JSON text.
@@ -167,10 +175,14 @@ def client_floor(bootstrap: str, seconds: float, in_flight: int) -> None:
         sent = 0
         deadline = time.monotonic() + for_s
         while time.monotonic() < deadline:
-            value, key = sent_records[sent % 100]
-            producer.produce(TOPIC, value, key, on_delivery=partial(done, sent))
-            sent += 1
-            if sent - acked >= in_flight:
+            batch = [
+                {"value": value, "key": key, "callback": partial(done, sent + i)}
+                for i, (value, key) in enumerate(sent_records)
+            ]
+            producer.produce_batch(TOPIC, batch)
+            sent += len(batch)
+            producer.poll(0)
+            while sent - acked >= in_flight:
                 producer.poll(0.001)
         producer.flush(30)
 
@@ -256,6 +268,53 @@ def wrk(url: str, body: str, seconds: int, connections: int, workdir: Path, keye
     return {"rps": rps, "p50": pct("50"), "p99": pct("99"), "errors": float(errors.group(1)) if errors else 0.0}
 
 
+def _pythonpath() -> str:
+    return os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+
+
+@contextlib.contextmanager
+def fresh_broker(work: Path) -> Iterator[str]:
+    """A new embedded broker with the bench's topic; its bootstrap address. The embedded broker
+    spends more CPU per request the more it holds, so every run that writes gets its own."""
+    from ferry import kafka
+
+    broker = embedded.kafka_broker(Path(tempfile.mkdtemp(dir=work)) / "kafka").start().wait_ready(30)
+    try:
+        bootstrap = f"127.0.0.1:{broker.port}"
+        kafka.ensure_topic({"bootstrap.servers": bootstrap}, TOPIC, 6)
+        yield bootstrap
+    finally:
+        broker.stop()
+
+
+@contextlib.contextmanager
+def fresh_server(name: str, work: Path, db_url: str) -> Iterator[tuple[embedded.ServiceProcess, str]]:
+    """Server ``name`` started for one run (on a fresh broker unless it writes nothing): the
+    process and the URL to load."""
+    with contextlib.ExitStack() as stack:
+        bootstrap = stack.enter_context(fresh_broker(work)) if name in ("naive", "ferry") else ""
+        port = embedded.free_port()
+        if name == "ferry":
+            argv = [sys.executable, "-m", "ferry.cli", "gateway"]
+            extra = {
+                "FERRY_KAFKA_BOOTSTRAP": bootstrap,
+                "FERRY_DB_URL": db_url,
+                "FERRY_ADMIN_TOKEN": TOKEN,
+                "FERRY_GATEWAY_PORT": str(port),
+                "FERRY_MAX_BODY_BYTES": str(16 * 1024 * 1024),
+                "FERRY_LOG_LEVEL": "WARNING",
+            }
+        else:
+            argv = [sys.executable, "-m", "bench.gateway", name, "--port", str(port), "--bootstrap", bootstrap]
+            extra = {}
+        env = {"PYTHONPATH": _pythonpath(), **extra}
+        proc = embedded.ServiceProcess(name, argv, port, work / f"{name}.log", env=env).start()
+        stack.callback(proc.stop)
+        proc.wait_ready(60)
+        time.sleep(1)
+        yield proc, f"http://127.0.0.1:{port}/api/v1/topics/{TOPIC}/records"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=10)
@@ -282,50 +341,26 @@ def main() -> None:
     if shutil.which("wrk") is None:
         sys.exit("bench.gateway needs wrk on PATH (apt-get install wrk)")
     work = Path(tempfile.mkdtemp(prefix="ferry-bench-gw-"))
-    broker = embedded.kafka_broker(work / "kafka").start().wait_ready(30)
-    bootstrap = f"127.0.0.1:{broker.port}"
-    procs: list[embedded.ServiceProcess] = []
     try:
-        from ferry import kafka
         from ferry.migrations import runner
 
-        kafka.ensure_topic({"bootstrap.servers": bootstrap}, TOPIC, 6)
         db_url = f"sqlite:///{work}/meta.db"
         runner.upgrade(db_url)
-        env = {"PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1]))}
         rows = []
         sweep: list[tuple[str, int, dict[str, float]]] = []
         for name in ("trivial", "aiohttp", "naive", "ferry"):
-            port = embedded.free_port()
-            if name == "ferry":
-                argv = [sys.executable, "-m", "ferry.cli", "gateway"]
-                extra = {
-                    "FERRY_KAFKA_BOOTSTRAP": bootstrap,
-                    "FERRY_DB_URL": db_url,
-                    "FERRY_ADMIN_TOKEN": TOKEN,
-                    "FERRY_GATEWAY_PORT": str(port),
-                    "FERRY_MAX_BODY_BYTES": str(16 * 1024 * 1024),
-                    "FERRY_LOG_LEVEL": "WARNING",
-                }
-            else:
-                argv = [sys.executable, "-m", "bench.gateway", name, "--port", str(port), "--bootstrap", bootstrap]
-                extra = {}
-            proc = embedded.ServiceProcess(name, argv, port, work / f"{name}.log", env={**env, **extra}).start()
-            procs.append(proc)
-            proc.wait_ready(60)
-            time.sleep(1)
-            url = f"http://127.0.0.1:{port}/api/v1/topics/{TOPIC}/records"
             runs = [(name, 1, False)] + ([(name, 100, False)] if name != "aiohttp" else [])
             runs += [("ferry+key", 1, True)] if name == "ferry" else []
             for row, per_request, keyed in runs:
                 body = json.dumps({"records": request_records(per_request)})
-                wrk(url, body, 2, conns[0], work, keyed)  # warm-up
                 best: tuple[dict[str, float], float] | None = None
                 for c in conns:
-                    assert proc.proc is not None
-                    cpu0 = cpu_seconds(proc.proc.pid)
-                    r = wrk(url, body, a.seconds, c, work, keyed)
-                    cpu = cpu_seconds(proc.proc.pid) - cpu0
+                    with fresh_server(name, work, db_url) as (proc, url):
+                        wrk(url, body, 2, c, work, keyed)  # warm-up
+                        assert proc.proc is not None
+                        cpu0 = cpu_seconds(proc.proc.pid)
+                        r = wrk(url, body, a.seconds, c, work, keyed)
+                        cpu = cpu_seconds(proc.proc.pid) - cpu0
                     records = r["rps"] * per_request * a.seconds
                     r["conns"] = c
                     cpu_ms = 1000 * cpu / max(1.0, records) * 1000
@@ -334,11 +369,11 @@ def main() -> None:
                         best = (r, cpu_ms)
                 assert best is not None
                 rows.append((row, per_request, *best))
-            proc.stop()
-        floor = run_floor(bootstrap, a.seconds, max(conns) * 100, env)
+        with fresh_broker(work) as bootstrap:
+            floor = run_floor(bootstrap, a.seconds, max(conns) * 100, {"PYTHONPATH": _pythonpath()})
         print(
             f"\nbench.gateway: {a.seconds} s per run, wrk -t2 with -c{'/'.join(map(str, conns))} per row "
-            "(the best run shown), embedded broker, 6 partitions\n"
+            "(the best run shown), every run on a fresh server and embedded broker, 6 partitions\n"
         )
         head = ("rec/req", "conns", "req/s", "records/s", "p50 ms", "p99 ms", "CPU ms/1k rec", "non-2xx")
         widths = (7, 5, 9, 10, 7, 7, 13, 7)
@@ -351,7 +386,7 @@ def main() -> None:
             )
         print(
             f"{'floor':9} {'':>7} {'':>5} {'':>9} {floor['records_s']:>10,.0f} {'':>7} {'':>7} {floor['cpu_us']:>13.1f}"
-            "   (confluent-kafka produce() + delivery callback per record, no HTTP)"
+            "   (confluent-kafka produce_batch() of 100, a delivery callback per record, no HTTP)"
         )
         print("\nevery run (requests/s, p99 ms):")
         for name, per in dict.fromkeys((n, p) for n, p, _ in sweep):
@@ -387,19 +422,18 @@ def main() -> None:
                 for per in (1, 100)
             ],
             f"wrk -t2 keep-alive, each row the best of -c{'/'.join(map(str, conns))} (Ferry's connections: "
-            f"{by[('ferry', 1)]['conns']:.0f} and {by[('ferry', 100)]['conns']:.0f}); the broker shares the same 2 "
-            f"cores; the gateway's HTTP server alone answers {by[('trivial', 1)]['rps']:,.0f} requests/s here "
-            f"(aiohttp's low-level server: {by[('aiohttp', 1)]['rps']:,.0f}); confluent-kafka alone (produce() and a "
-            f"delivery callback per record, no HTTP) produces {floor['records_s']:,.0f} records/s at "
+            f"{by[('ferry', 1)]['conns']:.0f} and {by[('ferry', 100)]['conns']:.0f}), every run on a fresh "
+            "server and broker; the broker shares the same 2 cores; the gateway's HTTP server alone answers "
+            f"{by[('trivial', 1)]['rps']:,.0f} requests/s here "
+            f"(aiohttp's low-level server: {by[('aiohttp', 1)]['rps']:,.0f}); confluent-kafka alone "
+            "(produce_batch() of 100, a delivery callback per record, no HTTP) produces "
+            f"{floor['records_s']:,.0f} records/s at "
             f"{floor['cpu_us']:.1f} µs of CPU per record; one record per request with an Idempotency-Key of its "
             f"own: {with_key['rps']:,.0f} requests/s, p50 {with_key['p50']:.1f} ms "
             f"(without: {without_key['p50']:.1f} ms), {keyed_cpu_ms:.0f} against {plain_cpu_ms:.0f} ms of gateway "
             "CPU per 1,000 requests",
         )
     finally:
-        for p in procs:
-            p.stop()
-        broker.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
