@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import _results
-from bench._harness import cpu_seconds
+from bench._harness import cpu_seconds, fresh_broker
 from ferry.devstack import embedded
 
 TOKEN = "bench-token"
@@ -273,26 +273,12 @@ def _pythonpath() -> str:
 
 
 @contextlib.contextmanager
-def fresh_broker(work: Path) -> Iterator[str]:
-    """A new embedded broker with the bench's topic; its bootstrap address. The embedded broker
-    spends more CPU per request the more it holds, so every run that writes gets its own."""
-    from ferry import kafka
-
-    broker = embedded.kafka_broker(Path(tempfile.mkdtemp(dir=work)) / "kafka").start().wait_ready(30)
-    try:
-        bootstrap = f"127.0.0.1:{broker.port}"
-        kafka.ensure_topic({"bootstrap.servers": bootstrap}, TOPIC, 6)
-        yield bootstrap
-    finally:
-        broker.stop()
-
-
-@contextlib.contextmanager
 def fresh_server(name: str, work: Path, db_url: str) -> Iterator[tuple[embedded.ServiceProcess, str]]:
     """Server ``name`` started for one run (on a fresh broker unless it writes nothing): the
     process and the URL to load."""
     with contextlib.ExitStack() as stack:
-        bootstrap = stack.enter_context(fresh_broker(work)) if name in ("naive", "ferry") else ""
+        writes = name in ("naive", "ferry")
+        bootstrap = f"127.0.0.1:{stack.enter_context(fresh_broker(work, TOPIC, 6)).port}" if writes else ""
         port = embedded.free_port()
         if name == "ferry":
             argv = [sys.executable, "-m", "ferry.cli", "gateway"]
@@ -369,8 +355,8 @@ def main() -> None:
                         best = (r, cpu_ms)
                 assert best is not None
                 rows.append((row, per_request, *best))
-        with fresh_broker(work) as bootstrap:
-            floor = run_floor(bootstrap, a.seconds, max(conns) * 100, {"PYTHONPATH": _pythonpath()})
+        with fresh_broker(work, TOPIC, 6) as broker:
+            floor = run_floor(f"127.0.0.1:{broker.port}", a.seconds, max(conns) * 100, {"PYTHONPATH": _pythonpath()})
         print(
             f"\nbench.gateway: {a.seconds} s per run, wrk -t2 with -c{'/'.join(map(str, conns))} per row "
             "(the best run shown), every run on a fresh server and embedded broker, 6 partitions\n"

@@ -41,7 +41,7 @@ import orjson
 import uvloop
 
 from bench import _results
-from bench._harness import cpu_seconds
+from bench._harness import cpu_seconds, fresh_broker
 from bench._raw_http import Connection
 from ferry.devstack import embedded
 
@@ -109,31 +109,23 @@ async def run(port: int, kind: str, per: int, seconds: float, concurrency: int) 
 def fresh_stack(work: Path, db_url: str) -> Iterator[tuple[int, embedded.ServiceProcess, embedded.ServiceProcess]]:
     """A new embedded broker and a gateway on it: (the gateway's port, the gateway, the broker).
     The embedded broker spends more CPU per request the more it holds, so every run gets its own."""
-    from ferry import kafka
-
-    here = Path(tempfile.mkdtemp(dir=work))
-    broker = embedded.kafka_broker(here / "kafka").start().wait_ready(30)
-    gateway: embedded.ServiceProcess | None = None
-    try:
-        bootstrap = f"127.0.0.1:{broker.port}"
-        kafka.ensure_topic({"bootstrap.servers": bootstrap}, TOPIC, 6)
+    with fresh_broker(work, TOPIC, 6) as broker:
         port = embedded.free_port()
         env = {
             "PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1])),
-            "FERRY_KAFKA_BOOTSTRAP": bootstrap,
+            "FERRY_KAFKA_BOOTSTRAP": f"127.0.0.1:{broker.port}",
             "FERRY_DB_URL": db_url,
             "FERRY_ADMIN_TOKEN": TOKEN,
             "FERRY_GATEWAY_PORT": str(port),
             "FERRY_LOG_LEVEL": "WARNING",
         }
         argv = [sys.executable, "-m", "ferry.cli", "gateway"]
-        gateway = embedded.ServiceProcess("gateway", argv, port, here / "gateway.log", env=env).start()
-        gateway.wait_ready(60)
-        yield port, gateway, broker
-    finally:
-        if gateway is not None:
+        gateway = embedded.ServiceProcess("gateway", argv, port, work / "gateway.log", env=env).start()
+        try:
+            gateway.wait_ready(60)
+            yield port, gateway, broker
+        finally:
             gateway.stop()
-        broker.stop()
 
 
 def measured(work: Path, db_url: str, kind: str, per: int, seconds: float, level: int) -> dict[str, Any]:
