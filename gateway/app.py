@@ -3,7 +3,9 @@
 
 One request handler (:func:`create_handler`) serves the gateway's HTTP server
 (:mod:`ferry.gateway.httpd`): it authenticates, reads the request's body under its connection's
-deadline, routes it to one of a few paths, and answers every error as JSON.
+deadline, routes it to one of a few paths, and answers every error as JSON — an HTTP-level one (an
+unknown path or method, 413, 417) it raises as :class:`HttpError` for the server to answer through
+:func:`create_refusal`, as the server answers its own refusals.
 
 Every route but ``/healthz`` and ``/metrics`` needs ``Authorization: Bearer <token>`` (an ``admin``
 token, or a ``produce`` token whose topic patterns match). Errors are JSON ``{"error", "field"}``
@@ -94,10 +96,7 @@ def create_handler(gw: Gateway) -> Handler:
             kind = {401: "auth", 403: "forbidden", 404: "unknown_topic", 413: "too_large", 503: "unavailable"}
             gw.metrics.errors.labels(kind.get(exc.status, "bad_request")).inc()
             return _json(exc.status, _error_body(request, exc.status, exc.message, exc.field), exc.retry_after_s)
-        except HttpError as exc:
-            return refuse(request, exc)
 
-    refuse = create_refusal(gw)
     return handle
 
 
