@@ -217,8 +217,9 @@ class Connection(asyncio.Protocol):
         request.version = self.parser.get_http_version()
         request.keep_alive = self.parser.should_keep_alive()
         request.expect = request.headers.get("expect")
-        path = self.url.split(b"?", 1)[0] if self.url.startswith(b"/") else httptools.parse_url(self.url).path
-        request.path = unquote(path.decode("latin-1")) if b"%" in path else path.decode("latin-1")
+        request.path = _path(
+            self.url.split(b"?", 1)[0] if self.url.startswith(b"/") else httptools.parse_url(self.url).path
+        )
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.server.max_body_bytes:
             request.fail(HttpError(413))
@@ -345,7 +346,7 @@ class Connection(asyncio.Protocol):
             request = Request(self.send)
             request.method = "GET"
             if self.url.startswith(b"/"):  # the path is known once the request line was read
-                request.path = unquote(self.url.split(b"?", 1)[0].decode("latin-1"))
+                request.path = _path(self.url.split(b"?", 1)[0])
             request.fail(error)
             self._enqueue(request)
         else:
@@ -367,6 +368,11 @@ _PHRASES = {s.value: s.phrase for s in HTTPStatus}
 
 class _StopParsing(Exception):
     """Raised in a parser callback to stop httptools (it surfaces as its HttpParserCallbackError)."""
+
+
+def _path(raw: bytes) -> str:
+    """A request target's path, percent-decoded."""
+    return unquote(raw.decode("latin-1")) if b"%" in raw else raw.decode("latin-1")
 
 
 def _head_too_large() -> HttpError:
