@@ -46,6 +46,8 @@ class BatchDelivery:
         self._encoder = EventEncoder(runner.ctx.client.cluster, runner.sub.name, runner.ref.cluster)
         self._linger: asyncio.TimerHandle | None = None
         self._linger_due = False
+        # While a batch's task acknowledges it: the batches that frees, for that task to push next.
+        self._claimed: list[list[Record]] | None = None
 
     def update(self, sub: Subscription) -> None:
         spec = sub.batch
@@ -70,7 +72,10 @@ class BatchDelivery:
             records = window.take_batch(self.cap, self.spec.max_bytes, event_size, _raw_size)
             if not records:
                 return
-            runner.start_task(self._deliver(records))
+            if self._claimed is not None:
+                self._claimed.append(records)
+            else:
+                runner.start_task(self._deliver(records))
 
     def _lingered(self) -> None:
         self._linger = None
@@ -83,10 +88,34 @@ class BatchDelivery:
             self._linger = None
 
     async def _deliver(self, records: list[Record]) -> None:
-        n = len(records)
-        await self._see_through(records, [0] * n, [0] * n)
+        """See a batch through, then the next one its acknowledgement let start, and so on: the
+        next batch goes out at once instead of waiting a turn of the event loop for a task."""
+        next_batch: list[Record] | None = records
+        while next_batch:
+            n = len(next_batch)
+            next_batch = await self._see_through(next_batch, [0] * n, [0] * n, top=True)
 
-    async def _see_through(self, records: list[Record], pushes: list[int], charged: list[int]) -> None:
+    def _acknowledge_and_claim(self, records: list[Record]) -> list[Record] | None:
+        """Acknowledge a whole batch; of the batches that lets start, return the first (the caller
+        pushes it) and start the others as tasks of their own."""
+        claimed: list[list[Record]] = []
+        self._claimed = claimed
+        try:
+            self._runner.acknowledged_many(records, dead=False)
+        except BaseException:
+            claimed.insert(0, [])  # nothing is returned: every batch taken gets a task
+            raise
+        finally:
+            self._claimed = None
+            for extra in claimed[1:]:
+                self._runner.start_task(self._deliver(extra))
+        return claimed[0] if claimed else None
+
+    async def _see_through(
+        self, records: list[Record], pushes: list[int], charged: list[int], top: bool = False
+    ) -> list[Record] | None:
+        """Push ``records`` until each is acknowledged or dead-lettered. ``top``: the batch as
+        first taken (not a part of a split one): returns the batch its acknowledgement let start."""
         runner = self._runner
         ctx = runner.ctx
         while records:
@@ -102,8 +131,11 @@ class BatchDelivery:
             observe_latency(runner, started)
             status = result.status
             if status is not None and 200 <= status < 300 and not result.body.lstrip().startswith(b"{"):
-                runner.acknowledged_many(records, dead=False)  # the common case; interpret() agrees
-                return
+                # The common case (interpret() agrees).
+                if top:
+                    return self._acknowledge_and_claim(records)
+                runner.acknowledged_many(records, dead=False)
+                return None
             ids = [event_id(r) for r in records]
             verdict = interpret(result.status, result.body, result.truncated, ids, result.error)
             if verdict.kind == "split":
@@ -126,7 +158,7 @@ class BatchDelivery:
                     j = i + min(size, self.cap)
                     await self._see_through(records[i:j], pushes[i:j], charged[i:j])
                     i = j
-                return
+                return None
             wait_s = parse_retry_after(result.retry_after, ctx.wall_clock())
             lanes = [runner.window.lane(r) for r in records]
             charged_now = [c + 1 for c in charged]
@@ -168,3 +200,4 @@ class BatchDelivery:
                 )
                 await asyncio.sleep(delay)
             records, pushes, charged = again_records, again_pushes, again_charged
+        return None

@@ -263,6 +263,7 @@ class BatchEndpoint(Endpoint):
 
     batches: list[int | None] = field(default_factory=list)  # None: the connection is refused
     sizes: list[int] = field(default_factory=list)
+    tasks: list[asyncio.Task[Any] | None] = field(default_factory=list)  # the task pushing each batch
 
     async def push_batch(self, sub: Subscription, body: bytes, read_body: int) -> Any:
         from ferry.worker.push import BatchPushResult
@@ -273,6 +274,7 @@ class BatchEndpoint(Endpoint):
             self.pushes.append((now, e.get("partitionkey", ""), e["kafkaoffset"], e["ferryattempt"]))
         call = len(self.sizes)
         self.sizes.append(len(events))
+        self.tasks.append(asyncio.current_task())
         await asyncio.sleep(LATENCY_S)
         status = self.batches[call] if call < len(self.batches) else 200
         if status is None:
@@ -332,6 +334,17 @@ def test_batches_keep_per_key_order_and_retries_hold_their_keys() -> None:
         delivered = [o for _, k, o, _ in endpoint.pushes if k == key]
         # a key's record is never pushed after a later record of the same key was accepted
         assert delivered == sorted(delivered) or len(set(delivered)) < len(delivered)
+
+
+@pytest.mark.parametrize("batches", [[], [503]])
+def test_the_batch_an_acknowledgement_frees_is_pushed_by_the_same_task(batches: list[int | None]) -> None:
+    # ordering=partition: each batch waits for the one before; the task that saw a batch through
+    # pushes the next one at once instead of leaving it to a new task a turn of the loop later.
+    endpoint, dead, runner = batch_scenario([f"k{i}" for i in range(24)], batches, ordering="partition")
+    assert runner.merge is not None and runner.merge.committed == 24 and dead.sent == []
+    assert endpoint.sizes == [8] * (3 + len(batches))
+    assert len(set(map(id, endpoint.tasks))) == 1
+    assert [o for _, _, o, a in endpoint.pushes if a == 1] == list(range(24))
 
 
 def test_a_single_record_batch_refused_for_good_is_dead_lettered_and_acknowledged() -> None:
