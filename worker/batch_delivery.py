@@ -1,7 +1,8 @@
 """Batch push mode, the driving half: take batches from a partition's window and see each one through.
 
 Use case: the :class:`ferry.worker.delivery.Delivery` of a subscription with ``batch`` set. One
-asyncio task per batch (never per record):
+asyncio task per batch in flight (never per record); a batch that another's acknowledgement lets
+start is pushed by that batch's task at once:
 
     push the batch → read the answer (:func:`worker.batch.interpret`)
       split (413, or a non-retryable 4xx for several records): push each half in turn, and
