@@ -45,7 +45,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import ferry.worker.batch as batch_module
 from bench import _results
-from bench._harness import Stack, cpu_seconds, http, rss_mb, steady_rate
+from bench._harness import TICK, Stack, cpu_seconds, http, rss_mb, steady_rate
 from bench.delivery import PROFILE_DIR
 from ferry.devstack import embedded
 
@@ -182,7 +182,8 @@ def run_worker(tmp: Path, bootstrap: str, topic: str, ep: str, n: int, name: str
         busiest = sorted(threads.items(), key=lambda kv: -kv[1])[:4]
         print("worker CPU s by thread (whole run):", ", ".join(f"{k} {v:.1f}" for k, v in busiest))
         print("partition fetches (whole run):", fetch_gates(port))
-        return cpu_seconds(pid) - (cpu_at_first or 0.0), peak
+        # CPU times come in clock ticks: a run shorter than one (a smoke-size run) counts as one.
+        return max(cpu_seconds(pid) - (cpu_at_first or 0.0), 1 / TICK), peak
     finally:
         proc.stop()
 
