@@ -66,6 +66,12 @@ def machine_cpu_seconds() -> float:
     return (user + nice + system + irq + softirq) / TICK
 
 
+def pythonpath() -> str:
+    """``PYTHONPATH`` for a service a bench starts: the caller's, else this checkout, so the service
+    runs the code the bench was started from."""
+    return os.environ.get("PYTHONPATH", str(BENCH.parent))
+
+
 @contextlib.contextmanager
 def fresh_broker(work: Path, topic: str, partitions: int) -> Iterator[embedded.ServiceProcess]:
     """A new embedded broker in a folder of its own under ``work``, with ``topic`` made; stopped on

@@ -35,7 +35,7 @@ from pathlib import Path
 from confluent_kafka import Message
 
 from bench import _results
-from bench._harness import cpu_seconds, rss_mb
+from bench._harness import cpu_seconds, pythonpath, rss_mb
 from ferry import delay, kafka
 from ferry.devstack import embedded
 
@@ -159,7 +159,7 @@ def main() -> None:
     bootstrap, zk_connect = f"127.0.0.1:{broker.port}", f"127.0.0.1:{zk.port}"
     metrics_port = embedded.free_port()
     env = {
-        "PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1])),
+        "PYTHONPATH": pythonpath(),
         "FERRY_ZK_CONNECT": zk_connect,
         "FERRY_KAFKA_BOOTSTRAP": bootstrap,
         "FERRY_DB_URL": f"sqlite:///{work}/meta.db",

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import _results
-from bench._harness import cpu_seconds, fresh_broker
+from bench._harness import cpu_seconds, fresh_broker, pythonpath
 from ferry.devstack import embedded
 
 TOKEN = "bench-token"
@@ -268,10 +268,6 @@ def wrk(url: str, body: str, seconds: int, connections: int, workdir: Path, keye
     return {"rps": rps, "p50": pct("50"), "p99": pct("99"), "errors": float(errors.group(1)) if errors else 0.0}
 
 
-def _pythonpath() -> str:
-    return os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
-
-
 @contextlib.contextmanager
 def fresh_server(name: str, work: Path, db_url: str) -> Iterator[tuple[embedded.ServiceProcess, str]]:
     """Server ``name`` started for one run (on a fresh broker unless it writes nothing): the
@@ -293,7 +289,7 @@ def fresh_server(name: str, work: Path, db_url: str) -> Iterator[tuple[embedded.
         else:
             argv = [sys.executable, "-m", "bench.gateway", name, "--port", str(port), "--bootstrap", bootstrap]
             extra = {}
-        env = {"PYTHONPATH": _pythonpath(), **extra}
+        env = {"PYTHONPATH": pythonpath(), **extra}
         proc = embedded.ServiceProcess(name, argv, port, work / f"{name}.log", env=env).start()
         stack.callback(proc.stop)
         proc.wait_ready(60)
@@ -356,7 +352,7 @@ def main() -> None:
                 assert best is not None
                 rows.append((row, per_request, *best))
         with fresh_broker(work, TOPIC, 6) as broker:
-            floor = run_floor(f"127.0.0.1:{broker.port}", a.seconds, max(conns) * 100, {"PYTHONPATH": _pythonpath()})
+            floor = run_floor(f"127.0.0.1:{broker.port}", a.seconds, max(conns) * 100, {"PYTHONPATH": pythonpath()})
         print(
             f"\nbench.gateway: {a.seconds} s per run, wrk -t2 with -c{'/'.join(map(str, conns))} per row "
             "(the best run shown), every run on a fresh server and embedded broker, 6 partitions\n"

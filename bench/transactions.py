@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import shutil
 import statistics
 import sys
@@ -41,7 +40,7 @@ import orjson
 import uvloop
 
 from bench import _results
-from bench._harness import cpu_seconds, fresh_broker
+from bench._harness import cpu_seconds, fresh_broker, pythonpath
 from bench._raw_http import Connection
 from ferry.devstack import embedded
 
@@ -112,7 +111,7 @@ def fresh_stack(work: Path, db_url: str) -> Iterator[tuple[int, embedded.Service
     with fresh_broker(work, TOPIC, 6) as broker:
         port = embedded.free_port()
         env = {
-            "PYTHONPATH": os.environ.get("PYTHONPATH", str(Path(__file__).resolve().parents[1])),
+            "PYTHONPATH": pythonpath(),
             "FERRY_KAFKA_BOOTSTRAP": f"127.0.0.1:{broker.port}",
             "FERRY_DB_URL": db_url,
             "FERRY_ADMIN_TOKEN": TOKEN,
