@@ -11,9 +11,10 @@ capacity mid-run.
 starts at the first request after it (``t0``, on the machine's monotonic clock, which all
 processes share). ``GET /figures`` (``?rows=0``: only ``t0``) returns, per request, what the bench needs
 to cut the run into phases: when it arrived and was answered (seconds since the clock started),
-its answer (200 or 503), whether its client had already gone (a timeout at the worker), and the
-record's ``ce-id``. A request is *processed* once it was served its service time, whether or not
-its client still waited; a record processed twice is a duplicate.
+its answer (200 or 503), whether its client had already gone (a timeout at the worker), the
+record's ``ce-id``, and whether it waited in the queue for a slot (a request served without
+waiting shows the endpoint's unloaded latency). A request is *processed* once it was served its
+service time, whether or not its client still waited; a record processed twice is a duplicate.
 """
 
 from __future__ import annotations
@@ -81,12 +82,14 @@ class Capacity:
         arrived = self.clock()
         cid = request.headers.get("ce-id", "")
         await request.read()
+        waited = False
         if self.busy < self.capacity(arrived) and not self.waiting:
             self.busy += 1
         elif len(self.waiting) >= self.queue_max:
-            self.rows.append([arrived, arrived, 503, False, cid])
+            self.rows.append([arrived, arrived, 503, False, cid, False])
             return web.Response(status=503)
         else:
+            waited = True
             fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self.waiting.append(fut)
             await fut  # a slot was handed over: busy already counts it
@@ -99,7 +102,7 @@ class Capacity:
         if generation != self.generation:
             return web.Response(status=200)
         gone = request.transport is None or request.transport.is_closing()
-        self.rows.append([arrived, self.clock(), 200, gone, cid])
+        self.rows.append([arrived, self.clock(), 200, gone, cid, waited])
         return web.Response(status=200)
 
 
