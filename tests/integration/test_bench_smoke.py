@@ -1,0 +1,99 @@
+"""The broker-backed benches end to end at a small size: each starts its own broker and services,
+runs every row, and saves the table docs/BENCHMARKS.md renders. A bench that breaks after a
+refactor is found here rather than by the next person measuring. Figures are not judged here
+(speed goals live in bench/), only what must hold at any speed: no failed request, no duplicate,
+every row present."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.needs import missing
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def bench(results: Path, *argv: str, timeout: float = 300) -> list[str]:
+    """Run a bench with its table saved under ``results``; its output lines (it must exit 0)."""
+    env = {**os.environ, "FERRY_BENCH_RESULTS": str(results), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
+    return done.stdout.splitlines()
+
+
+def saved(results: Path, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((results / f"{name}.json").read_text())
+    return doc
+
+
+def test_adaptive_bench_runs_every_window_and_measures_the_unloaded_latency(tmp_path: Path) -> None:
+    lines = bench(tmp_path, "bench/adaptive.py", "--phases", "8:6,4:6", "--fixed", "4", "--queue", "16")
+    unloaded = next(line for line in lines if line.startswith("the endpoint's unloaded latency"))
+    # a request is answered no sooner than its 20 ms of service
+    assert 20.0 <= float(unloaded.split(": ")[1].split(" ms")[0]) < 200.0, unloaded
+    verdicts = [line for line in lines if line.startswith("C=")]
+    assert [v.split(":")[0] for v in verdicts] == ["C=8", "C=4"]
+    assert all("× the unloaded latency" in v for v in verdicts), verdicts
+    doc = saved(tmp_path, "adaptive")
+    assert doc["command"] == "python3 bench/adaptive.py --phases 8:6,4:6 --fixed 4"
+    assert [row[0] for row in doc["rows"]] == ["fixed 4", "adaptive"]
+    for row in doc["rows"]:  # neither a window of 4 nor adaptive overloads this endpoint
+        assert row[-2:] == ["0", "0"], row  # 503s + timeouts, duplicates
+
+
+def test_phases_too_short_to_settle_are_refused(tmp_path: Path) -> None:
+    env = {**os.environ, "FERRY_BENCH_RESULTS": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "bench/adaptive.py", "--phases", "8:3"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0 and "every phase must last more than 5 s" in done.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_transactions_bench_commits_every_transaction(tmp_path: Path) -> None:
+    lines = bench(tmp_path, "-m", "bench.transactions", "--seconds", "1", "--concurrency", "4")
+    rows = [line.split() for line in lines if line.startswith(("produce ", "txn "))]
+    assert [(r[0], r[1]) for r in rows] == [("produce", "1"), ("txn", "1"), ("produce", "10"), ("txn", "10")]
+    for r in rows:
+        assert float(r[3].replace(",", "")) > 0 and r[-1] == "0", r  # operations/s, errors
+    doc = saved(tmp_path, "transactions")
+    assert doc["command"] == "python3 -m bench.transactions --seconds 1"
+    assert [row[0] for row in doc["rows"]] == ["1", "10"]
+
+
+def test_gateway_bench_answers_every_request(tmp_path: Path) -> None:
+    if shutil.which("wrk") is None:
+        missing("wrk", "bench.gateway loads the gateway with it", "apt-get install wrk")
+    lines = bench(tmp_path, "-m", "bench.gateway", "--seconds", "1", "--connections", "2")
+    head = lines.index(next(line for line in lines if line.startswith("server ")))
+    rows = [line.split() for line in lines[head + 1 : head + 9]]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("trivial", "1"),
+        ("trivial", "100"),
+        ("aiohttp", "1"),
+        ("naive", "1"),
+        ("naive", "100"),
+        ("ferry", "1"),
+        ("ferry", "100"),
+        ("ferry+key", "1"),
+    ]
+    for r in rows:
+        assert float(r[3].replace(",", "")) > 0 and r[-1] == "0", r  # requests/s, non-2xx answers
+    doc = saved(tmp_path, "gateway")
+    assert doc["command"] == "python3 -m bench.gateway --seconds 1"
+    assert [row[0] for row in doc["rows"]] == ["1", "100"]
