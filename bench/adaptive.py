@@ -276,8 +276,8 @@ def main() -> None:
         print(line)
     cols, rows = summary(results)
     note = (
-        f"service {a.service_ms:g} ms, queue {a.queue}, phases C:seconds; p99 once 5 s of a phase are past; "
-        f"unloaded latency {unloaded:.1f} ms (the median of the requests served without a wait)"
+        f"service {a.service_ms:g} ms, queue {a.queue}; p99 once 5 s of a phase are past; the endpoint's "
+        f"unloaded latency {unloaded:.1f} ms (the median of the requests it served without a wait)"
     )
     save("adaptive", command, cols, rows, note)
 
