@@ -108,7 +108,7 @@ def run_aiohttp(port: int) -> None:
     async def hook(request: web.Request) -> web.Response:
         await request.read()
         h = request.headers
-        figures.record(h.get("ce-id") or h.get("x-id", ""), h.get("x-ts-ms"), h.get("ce-time"))
+        figures.record(h.get("ce-id") or h.get("x-id") or "", h.get("x-ts-ms"), h.get("ce-time"))
         if delay := figures.delay():
             await asyncio.sleep(delay)
         return web.Response(status=200)

@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import Any
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from bench._endpoint import percentile
 from ferry.devstack import embedded
@@ -43,7 +43,7 @@ def steady_rate(stats: dict[str, Any], n: int) -> float:
     """Records/s as the endpoint saw them, first to last receipt: excludes process start-up (the
     worker's imports, connections and restores), which a whole-run figure would charge to it."""
     assert stats["count"] >= n, stats
-    return n / max(1e-6, stats["last_at"] - stats["first_at"])
+    return n / max(1e-6, float(stats["last_at"]) - float(stats["first_at"]))
 
 
 def cpu_seconds(pid: int) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import cast
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
@@ -34,7 +35,7 @@ def main(bootstrap: str, topic: str, count: int) -> None:
         if m is None or m.error() is not None:
             continue
         idle_since = time.monotonic()
-        headers = {k: v or b"" for k, v in m.headers() or []}
+        headers = {k: v or b"" for k, v in cast(list[tuple[str, bytes | None]], m.headers() or [])}
         due = int(headers["ferry-deliver-at"])
         wait = due / 1000 - time.time()
         if wait > 0:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import aiohttp
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 import ferry.worker.batch as batch_module
 from bench import _results
@@ -58,11 +58,12 @@ def produce(bootstrap: str, topic: str, partitions: int, n: int, keys: int) -> N
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(15)
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    headers: list[tuple[str, str | bytes | None]] = list(JSON_HEADERS)
     for i in range(n):
         k = i % keys
         while True:
             try:
-                p.produce(topic, key=f"k{k}".encode(), value=VALUE, partition=k % partitions, headers=JSON_HEADERS)
+                p.produce(topic, key=f"k{k}".encode(), value=VALUE, partition=k % partitions, headers=headers)
                 break
             except BufferError:
                 p.poll(0.05)
@@ -115,9 +116,10 @@ async def naive_batched(
         while done < total:
             msgs = await loop.run_in_executor(None, c.consume, 500, 0.05)
             for m in msgs:
-                if m.error() is not None and m.error().code() != KafkaError._PARTITION_EOF:
+                err = m.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     continue
-                pending.append((m.partition(), m.offset(), m.value()))
+                pending.append((m.partition() or 0, m.offset() or 0, m.value() or b""))
             while pending and (len(pending) >= per_post or not msgs):
                 chunk, pending = pending[:per_post], pending[per_post:]
                 await sem.acquire()
@@ -322,6 +324,7 @@ def main() -> None:
         print(f"producing {a.records:,} records ({a.keys} keys, {a.partitions} partitions, 100 B JSON)...", flush=True)
         produce(bootstrap, "bench", a.partitions, a.records, a.keys)
 
+        assert stack.broker.proc is not None and stack.endpoint.proc is not None
         others = {"broker": stack.broker.proc.pid, "endpoint": stack.endpoint.proc.pid}
         http("POST", f"{ep}/reset")
         cpu0, o0 = time.process_time(), {k: cpu_seconds(p) for k, p in others.items()}
@@ -358,8 +361,8 @@ def main() -> None:
             f"ferry worker peak RSS {ferry_rss:.0f} MB; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
         )
         path = "C" if batch_module._native is not None else "Python"
-        for label, us in encode_cost().items():
-            print(f"encoding 100-record batches ({path}), {label}: {us:.2f} µs/record")
+        for label, per_record in encode_cost().items():
+            print(f"encoding 100-record batches ({path}), {label}: {per_record:.2f} µs/record")
         if a.json:
             figures = {
                 "naive_rate": naive_rate,

@@ -52,7 +52,10 @@ def schedule(bootstrap: str, topic: str, target: str, delays_ms: list[int], rate
         d = int(time.time() * 1000) + delay_ms
         value = str(i).encode()
         due[value] = d
-        headers = [(delay.DELIVER_AT_HEADER, str(d).encode()), (delay.TARGET_TOPIC_HEADER, target.encode())]
+        headers: list[tuple[str, str | bytes | None]] = [
+            (delay.DELIVER_AT_HEADER, str(d).encode()),
+            (delay.TARGET_TOPIC_HEADER, target.encode()),
+        ]
         while True:
             try:
                 p.produce(topic, value=value, key=value, headers=headers)
@@ -137,12 +140,13 @@ def by_delay(delays: list[int], due: dict[bytes, int], got: dict[bytes, int]) ->
             groups.setdefault(f"due at {at_s:>3}-{at_s + 20} s", []).append(got[value] - due[value])
     late_of = {i: got[v] - due[v] for i in range(len(delays)) if (v := str(i).encode()) in got}
     for i in sorted(late_of, key=late_of.__getitem__, reverse=True)[:5]:
-        at_s = (due[str(i).encode()] - first) / 1000
-        print(f"  late {late_of[i]:,} ms: due {at_s:.1f} s into the run, delay {delays[i]:,} ms")
+        due_s = (due[str(i).encode()] - first) / 1000
+        print(f"  late {late_of[i]:,} ms: due {due_s:.1f} s into the run, delay {delays[i]:,} ms")
     for key in sorted(groups):
-        late = sorted(groups[key])
-        p99 = late[min(len(late) - 1, int(0.99 * len(late)))]
-        print(f"  {key:<22} {len(late):>7,} records: late p50 {late[len(late) // 2]:,} p99 {p99:,} max {late[-1]:,} ms")
+        lates = sorted(groups[key])
+        p99 = lates[min(len(lates) - 1, int(0.99 * len(lates)))]
+        p50 = lates[len(lates) // 2]
+        print(f"  {key:<22} {len(lates):>7,} records: late p50 {p50:,} p99 {p99:,} max {lates[-1]:,} ms")
 
 
 def main() -> None:

@@ -26,8 +26,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -124,7 +125,7 @@ async def run_pyreqwest(url: str, n: int, in_flight: int, seconds: float) -> int
         async def post(i: int) -> int:
             r = await client.post(url).headers(ce_headers(i)).body_bytes(BODY).build().send()
             await r.bytes()
-            return r.status
+            return int(r.status)
 
         return await drive(post, n, in_flight, seconds)
 
@@ -208,7 +209,7 @@ def candidate(name: str, url: str, n: int, in_flight: int, seconds: float) -> di
     if name == "pycurl":
         done = run_pycurl(url, n, in_flight, seconds)
     else:
-        runs: dict[str, Callable[[], Awaitable[int]]] = {
+        runs: dict[str, Callable[[], Coroutine[Any, Any, int]]] = {
             "aiohttp": lambda: run_aiohttp(url, n, in_flight, seconds, tuned=False),
             "aiohttp-tuned": lambda: run_aiohttp(url, n, in_flight, seconds, tuned=True),
             "httpx": lambda: run_httpx(url, n, in_flight, seconds),

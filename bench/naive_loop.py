@@ -68,10 +68,11 @@ async def run(
         while done < total and time.monotonic() < deadline:
             msgs = await loop.run_in_executor(None, c.consume, 500, consume_timeout_s)
             for m in msgs:
-                if m.error() is not None and m.error().code() != KafkaError._PARTITION_EOF:
+                err = m.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     continue
                 await sem.acquire()
-                t = asyncio.create_task(push(m.partition(), m.offset(), m.value(), m.timestamp()[1]))
+                t = asyncio.create_task(push(m.partition() or 0, m.offset() or 0, m.value() or b"", m.timestamp()[1]))
                 tasks.add(t)
                 t.add_done_callback(tasks.discard)
             if time.monotonic() - last_commit > 0.5:

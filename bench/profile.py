@@ -122,7 +122,7 @@ def main() -> None:
         delivered, cpu1 = s.stats()["count"] - before, thread_cpu(pid)
         w.stop()
     stages, names, total = summarize(raw)
-    by_thread: collections.Counter[str] = collections.Counter()
+    by_thread: collections.defaultdict[str, float] = collections.defaultdict(float)  # CPU seconds per thread
     for tid, (comm, secs) in cpu1.items():
         name = names.get(tid, comm)
         name = "librdkafka (rdk:*)" if name.startswith("rdk:") else name
@@ -136,7 +136,7 @@ def main() -> None:
     for stage, n in stages.most_common():
         print(f"{stage:34} {100 * n / total:5.1f} %")
     print(f"worker CPU over the window: {busy / a.seconds:.2f} cores; by thread:")
-    for name, secs in by_thread.most_common(6):
+    for name, secs in sorted(by_thread.items(), key=lambda kv: kv[1], reverse=True)[:6]:
         print(f"  {name:32} {100 * secs / busy:5.1f} %")
     print(f"collapsed stacks: {raw}")
 

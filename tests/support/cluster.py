@@ -66,7 +66,8 @@ class Cluster:
             env={**self.env, port_var: str(port), **extra},
         )
         self.processes.append(proc)
-        return proc.start()
+        proc.start()
+        return proc
 
     def coordinator(self, name: str = "coord", port: int | None = None, **env: str) -> HealthProcess:
         return self._service("coordinator", name, "FERRY_COORDINATOR_METRICS_PORT", env, port)

@@ -120,7 +120,7 @@ class EndpointRecorder:
             loop.run_until_complete(site.start())
             server = site._server
             assert server is not None
-            self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
             ready.set()
             loop.run_forever()
             loop.run_until_complete(self._runner.cleanup())

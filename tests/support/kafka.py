@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterable
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from ferry import kafka
 from ferry.errors import OffsetRecordError
@@ -34,7 +34,7 @@ def produce(
     for key, value, partition in records:
         while True:
             try:
-                p.produce(topic, key=key, value=value, partition=partition, headers=headers or [])
+                p.produce(topic, key=key, value=value, partition=partition, headers=list(headers or []))
                 break
             except BufferError:
                 p.poll(0.1)

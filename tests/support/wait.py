@@ -33,9 +33,9 @@ async def until_async(cond: Callable[[], Awaitable[T] | T], timeout_s: float = 3
     while True:
         value = cond()
         if asyncio.iscoroutine(value) or isinstance(value, Awaitable):
-            value = await value  # type: ignore[misc]
+            value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         await asyncio.sleep(0.05)
