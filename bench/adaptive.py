@@ -233,7 +233,12 @@ def main() -> None:
     phases = phases_of(a.phases)
     if any(p.seconds <= SETTLE_S for p in phases):
         sys.exit(f"--phases: every phase must last more than {SETTLE_S:g} s (its p99 is taken after that)")
-    fixed = [int(w) for w in a.fixed.split(",")]
+    try:
+        fixed = [int(w) for w in a.fixed.split(",")]
+    except ValueError:
+        sys.exit(f"--fixed: {a.fixed!r} is not a comma-separated list of windows, e.g. 4,16")
+    if min(fixed) < 1:
+        sys.exit("--fixed: every window must be at least 1")
     service_s = a.service_ms / 1000
     need = int(sum(p.capacity / service_s * p.seconds for p in phases) * 1.5)
     with Stack(prefix="ferry-adaptive-") as s:
