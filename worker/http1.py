@@ -56,7 +56,7 @@ def _expire(waiter: asyncio.Future[Answer], timeout_s: float) -> None:
 class _Deadlines:
     """Answer deadlines of the requests under way, checked by one timer every ``SWEEP_S`` while
     any is pending: a timer per request (``call_at`` + ``cancel``) was ~7 % of the single-record
-    path (bench/profile.py). An answer that does not come fails at most ``SWEEP_S`` late."""
+    path (bench/worker_profile.py). An answer that does not come fails at most ``SWEEP_S`` late."""
 
     SWEEP_S = 0.05
 

@@ -4,7 +4,7 @@ The per-record ones (delivered, retried, dead-lettered, push latency) are :class
 and :class:`LoopHistogram`: plain numbers updated on the event loop, turned into metric families
 only when ``/metrics`` is scraped. prometheus_client's own take a lock per update and walk the
 buckets in Python: ~1.6 µs per pushed record, several per cent of the single-record path
-(bench/profile.py). Everything else keeps prometheus_client's classes.
+(bench/worker_profile.py). Everything else keeps prometheus_client's classes.
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def utc_second(seconds: int) -> str:
 
 def rfc3339_ms(timestamp_ms: int) -> str:
     """Records of one fetch share their second: formatting it once per second, not per record,
-    was ~10 % of the single-record path (bench/profile.py)."""
+    was ~10 % of the single-record path (bench/worker_profile.py)."""
     seconds, ms = divmod(timestamp_ms, 1000)
     return f"{utc_second(seconds)}{ms:03d}Z"
 

@@ -1,6 +1,6 @@
 """Where the worker's time goes on the single-record path: py-spy samples, grouped by stage.
 
-Run: python3 bench/profile.py [--records 80000] [--seconds 6] [--native] [--out DIR]
+Run: python3 bench/worker_profile.py [--records 80000] [--seconds 6] [--native] [--out DIR]
 
 A backlog of 100 B records (12 partitions, ordering=key, 10 in flight per partition) is
 delivered to the trivial endpoint while ``py-spy record --gil`` samples the worker process: only
