@@ -10,9 +10,11 @@ A result file, ``bench/results/NAME.json``: ``command`` (what reproduces it), ``
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,25 @@ def save(name: str, command: str, columns: Sequence[str], rows: Sequence[Sequenc
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     return path
+
+
+def command_line(script: str, parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The command that reproduces a run: ``script``, the switches given, then the options given
+    other values than their defaults, in the parser's order (``--case A --case B`` for a list)."""
+    defaults = vars(parser.parse_args([]))
+    given = {k: v for k, v in vars(args).items() if v != defaults[k]}
+    parts = [script] + [f"--{k.replace('_', '-')}" for k, v in given.items() if v is True]
+    for k, v in given.items():
+        for x in [] if v is True else v if isinstance(v, list) else [v]:
+            parts.append(f"--{k.replace('_', '-')} {_quoted(f'{x:g}' if isinstance(x, float) else str(x))}")
+    return " ".join(parts)
+
+
+def _quoted(arg: str) -> str:
+    """``arg`` for a shell: as it is when nothing in it needs quoting, else in double quotes."""
+    if re.fullmatch(r"[\w@%+=:,./-]+", arg):
+        return arg
+    return '"' + re.sub(r'(["\\$`])', r"\\\1", arg) + '"'
 
 
 def load(name: str) -> dict[str, Any]:

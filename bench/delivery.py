@@ -17,7 +17,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from bench import _results, naive_loop
 from bench._harness import Stack, cpu_seconds, rss_mb, steady_rate, sub
@@ -76,7 +76,7 @@ def filter_cost(s: Stack, n: int, window: int, rounds: int = 3) -> None:
     that passes every record: what filtering costs a worker pushing to a real endpoint. The two
     alternate ``rounds`` times (warm-up and a busy neighbour hit both alike); each row shows its
     median round."""
-    cases = (
+    cases: tuple[tuple[str, dict[str, Any]], ...] = (
         ("no filter", {"max_in_flight": window}),
         ("CESQL, 4 clauses, passes all", {"max_in_flight": window, "filter": {"sql": FILTER}}),
     )
@@ -88,11 +88,11 @@ def filter_cost(s: Stack, n: int, window: int, rounds: int = 3) -> None:
             rate = steady_rate(s.stats(), n)
             runs[label].append((rate, n / cpu))
             print(f"round {i + 1}: {label:32} {rate:10,.0f} records/s {n / cpu:10,.0f} records/CPU-s", flush=True)
-    rows = []
+    rows: list[tuple[str, float, float]] = []
     for label, _ in cases:
         rates = sorted(r for r, _ in runs[label])
         per_cpu = sorted(c for _, c in runs[label])
-        rows.append([label, rates[len(rates) // 2], per_cpu[len(per_cpu) // 2]])
+        rows.append((label, rates[len(rates) // 2], per_cpu[len(per_cpu) // 2]))
     base = rows[0]
     table = [
         [r[0], f"{r[1]:,.0f}", f"{r[2]:,.0f}", f"{r[1] / base[1] - 1:+.1%}", f"{r[2] / base[2] - 1:+.1%}"] for r in rows
@@ -119,6 +119,7 @@ def main() -> None:
         help="only the worker, without and with a CESQL filter that passes every record",
     )
     a = ap.parse_args()
+    load_at_start = os.getloadavg()[0]
     with Stack() as s:
         print(f"producing {a.records:,} records ({a.keys} keys, {a.partitions} partitions, 100 B)...", flush=True)
         produce(s.bootstrap, "bench", a.partitions, a.records, a.keys, 100)
@@ -170,6 +171,22 @@ def main() -> None:
         )
         print("latency is record timestamp -> endpoint receipt; the backlog is produced first, so it includes queueing")
         print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        _results.save(
+            "delivery",
+            _results.command_line("python3 bench/delivery.py", ap, a),
+            ["", "naive loop", "Ferry worker", "Ferry ÷ naive"],
+            [
+                ["records/s", f"{naive_rate:,.0f}", f"{ferry_rate:,.0f}", f"**{ferry_rate / naive_rate:.2f}×**"],
+                [
+                    "records per CPU-second",
+                    f"{a.records / naive_cpu:,.0f}",
+                    f"{a.records / ferry_cpu:,.0f}",
+                    f"**{naive_cpu / ferry_cpu:.2f}×**",
+                ],
+            ],
+            f"{a.records:,} records of 100 B, {a.partitions} partitions, {a.keys} keys, `ordering=key`; "
+            f"load average {load_at_start:.1f} on {os.cpu_count()} cores at the start",
+        )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _results
+
 GOAL_S = 60.0
 
 
@@ -72,7 +76,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     runs = ap.parse_args().runs
-    results = []
+    results: list[tuple[float, float]] = []
     for i in range(runs):
         with tempfile.TemporaryDirectory(prefix="ferry-bench-dev-") as tmp:
             ready_s, first_s = one_run(Path(tmp))
@@ -82,6 +86,15 @@ def main() -> None:
     print(
         f"first record: median {statistics.median(firsts):.1f} s, max {max(firsts):.1f} s "
         f"(goal < {GOAL_S:.0f} s: {'met' if max(firsts) < GOAL_S else 'MISSED'})"
+    )
+    _results.save(
+        "dev_start",
+        f"python3 -m bench.dev_start --runs {runs}",
+        ["`ferry dev --demo`", *(f"run {i + 1}" for i in range(runs))],
+        [
+            ["ready (state.json)", *(f"{ready:.1f} s" for ready, _ in results)],
+            ["first demo record at the echo endpoint", *(f"{first:.1f} s" for _, first in results)],
+        ],
     )
 
 

@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Producer
 
+from bench import _results
 from bench._endpoint import percentile
 from bench._harness import BENCH, Stack, cpu_seconds, create_topic, produce_steady, steady_rate, sub
 from bench.delivery import produce
@@ -257,6 +258,12 @@ def main() -> None:
         def worker(name: str, topic: str) -> ServiceProcess:
             return s.worker(name, [sub(name, [topic], s.ep, max_in_flight=a.in_flight)], env=env)
 
+        def naive_at(tag: str, total: int) -> ServiceProcess:
+            return naive(s, f"naive-{tag}", f"lat-naive-{tag}", a.partitions, total, a.naive_consume_timeout_s)
+
+        def worker_at(tag: str, _total: int) -> ServiceProcess:
+            return worker(f"lat-{tag}", f"lat-ferry-{tag}")
+
         if a.backlog:
             produce(s.bootstrap, "backlog", a.partitions, a.backlog, 600, 100)
             if base:
@@ -309,9 +316,7 @@ def main() -> None:
                     a.partitions,
                     rate,
                     a.seconds,
-                    lambda total, tag=tag: naive(
-                        s, f"naive-{tag}", f"lat-naive-{tag}", a.partitions, total, a.naive_consume_timeout_s
-                    ),
+                    functools.partial(naive_at, tag),
                 )
             row["ferry"] = run_rate(
                 s,
@@ -320,7 +325,7 @@ def main() -> None:
                 a.partitions,
                 rate,
                 a.seconds,
-                lambda _total, tag=tag: worker(f"lat-{tag}", f"lat-ferry-{tag}"),
+                functools.partial(worker_at, tag),
             )
             rows.append(row)
             line = f"  {rate:6,.0f}/s:"
@@ -354,6 +359,44 @@ def main() -> None:
     )
     if a.plot:
         plot(a.plot, rows, max_rate, naive_max, sus_ferry)
+    halves = {
+        "half the naive loop's backlog maximum": naive_max if a.half else 0.0,
+        "half Ferry's backlog maximum": max_rate if a.half else 0.0,
+        "half the naive loop's sustained maximum": sus_naive,
+        "half Ferry's sustained maximum": sus_ferry,
+    }
+    _results.save(
+        "latency",
+        _results.command_line("python3 bench/latency.py", ap, a),
+        ["records/s", "naive p50 ms", "naive p99 ms", "Ferry p50 ms", "Ferry p99 ms"],
+        [result_row(row, halves, sus_ferry) for row in rows],
+        "record timestamp → endpoint receipt; producer, broker, consumer and endpoint share the "
+        f"{os.cpu_count()} cores",
+    )
+
+
+def ms(v: float) -> str:
+    """A latency cell: tenths of a millisecond, whole milliseconds from 2 s up."""
+    return f"{v:,.0f}" if v >= 2000 else f"{v:,.1f}"
+
+
+def result_row(row: dict[str, Any], halves: dict[str, float], sus_ferry: float) -> list[str]:
+    """One row of the saved table: the rate (with the maxima it is half of), naive and Ferry p50/p99;
+    Ferry's p99 in bold at half its sustained maximum (the goal's rate)."""
+    rate = row["rate"]
+    label = f"{rate:,.0f}"
+    of = [what for what, top in halves.items() if top and round(top / 2, -1) == rate]
+    sustained = [w for w in of if "sustained" in w]
+    if len(sustained) == 2:  # both consumers' sustained maxima
+        of = [w for w in of if w not in sustained] + ["half the sustained maximum of both"]
+    if of:
+        label += f" ({'; '.join(of)})"
+    n, f = row.get("naive"), row["ferry"]
+    cells = [ms(n["p50_ms"]), ms(n["p99_ms"])] if n else ["–", "–"]
+    p99 = ms(f["p99_ms"])
+    if sus_ferry and round(sus_ferry / 2, -1) == rate:
+        p99 = f"**{p99}**"
+    return [label, *cells, ms(f["p50_ms"]), p99]
 
 
 def table(rows: list[dict[str, Any]], base: bool) -> str:

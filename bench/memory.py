@@ -21,7 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import _results
 from bench._harness import Stack, create_topic, http, produce_even, rss_mb, sub
+from ferry.config import WorkerSettings
 
 
 def sample(s: Stack, name: str, topics: list[str], seconds: float, env: dict[str, str]) -> dict[str, object]:
@@ -141,6 +143,40 @@ def main() -> None:
     print(f"steady = median RSS over the last third of {a.seconds:.0f} s; held = most records buffered + in flight")
     if a.plot:
         plot(a.plot, runs)
+    save(ap, a, runs, env, many)
+
+
+MIB = 1024 * 1024
+
+
+def save(
+    ap: argparse.ArgumentParser, a: argparse.Namespace, runs: list[dict[str, object]], env: dict[str, str], many: int
+) -> None:
+    """The table of this run into bench/results/memory.json: a row per run, partitions owned, the
+    most records held, peak RSS."""
+    defaults = WorkerSettings()
+    budget_records = int(env.get("FERRY_PREFETCH_BUDGET_RECORDS", defaults.prefetch_budget_records))
+    budget_bytes = int(env.get("FERRY_PREFETCH_BUDGET_BYTES", defaults.prefetch_budget_bytes))
+    budgets = f"prefetch budgets {budget_records:,} records and {size_text(budget_bytes)}"
+    if (budget_records, budget_bytes) == (defaults.prefetch_budget_records, defaults.prefetch_budget_bytes):
+        budgets += ", the defaults"
+    labels = ([] if a.no_baseline else ["12"]) + [f"{many:,} ({budgets})"]
+    labels += [f"{many:,}, `{case.partition(':')[0]}`" for case in a.case]
+    rows = [[label, f"{r['held']:,}", f"{r['peak']:.0f}"] for label, r in zip(labels, runs, strict=True)]
+    size = f"{a.size // 1000} KB" if a.size % 1000 == 0 else f"{a.size:,} B"
+    delay = f"{DELAY[0] * 1000:.0f}–{DELAY[1] * 1000:.0f} ms" if DELAY[0] != DELAY[1] else f"{DELAY[0] * 1000:.0f} ms"
+    note = f"{size} records behind an endpoint answering in {delay}"
+    if not a.no_baseline:  # what 12 partitions with a backlog hold, beside the byte budget
+        held = runs[0]["held"]
+        assert isinstance(held, int)
+        note += f"; the 12 partitions held {held * a.size / MIB:,.0f} MiB of records"
+        note += f" (byte budget {size_text(budget_bytes)})"
+    columns = ["partitions owned by one worker", "records held", "peak RSS MB"]
+    _results.save("memory", _results.command_line("python3 bench/memory.py", ap, a), columns, rows, note)
+
+
+def size_text(n: int) -> str:
+    return f"{n // MIB:,} MiB" if n % MIB == 0 else f"{n:,} B"
 
 
 if __name__ == "__main__":
