@@ -16,10 +16,12 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import _results
 from ferry.devstack import embedded
 from tests.support.cluster import Cluster
 from tests.support.endpoint import EndpointRecorder, Received
@@ -40,6 +42,11 @@ def stalls(received: list[Received], since: float, until_t: float) -> list[float
     return [max((b - a for a, b in itertools.pairwise(ts)), default=0.0) for ts in times.values()]
 
 
+def assigned_to(cluster: Cluster, live: set[str]) -> bool:
+    """Whether the leader's published assignment spreads over exactly the members ``live``."""
+    return set(cluster.assignment().values()) == live
+
+
 def ferry_run(tmp: Path, zk: str, bootstrap: str, a: argparse.Namespace) -> tuple[list[float], int]:
     with EndpointRecorder() as ep:
         cluster = Cluster(tmp / "ferry", zk, bootstrap)
@@ -58,7 +65,7 @@ def ferry_run(tmp: Path, zk: str, bootstrap: str, a: argparse.Namespace) -> tupl
                 procs[n].stop(grace_s=30)
                 procs[n] = cluster.worker(n + "b")
                 names = [m if m != n else n + "b" for m in names]
-                until(lambda live=list(names): set(cluster.assignment().values()) == set(live), timeout_s=60)
+                until(partial(assigned_to, cluster, set(names)), timeout_s=60)
                 until(lambda: all(cluster.owners("ho", topic, a.partitions).values()), timeout_s=60)
                 time.sleep(1.0)  # settle: the measurement runs on a steady load between restarts
             ended = time.time()
@@ -107,12 +114,50 @@ def group_run(tmp: Path, bootstrap: str, a: argparse.Namespace, strategy: str) -
         return stalls(ep.snapshot(), started, ended), len(ep.snapshot())
 
 
-def row(label: str, xs: list[float]) -> str:
+def summary(xs: list[float]) -> tuple[float, float, float] | None:
+    """Median, p95 and max of the stalls; None without any."""
     if not xs:
-        return f"{label:34} (no data)"
+        return None
     xs = sorted(xs)
-    p95 = xs[min(len(xs) - 1, int(0.95 * len(xs)))]
-    return f"{label:34} {statistics.median(xs):8.3f} {p95:8.3f} {xs[-1]:8.3f}"
+    return statistics.median(xs), xs[min(len(xs) - 1, int(0.95 * len(xs)))], xs[-1]
+
+
+def row(label: str, xs: list[float]) -> str:
+    s = summary(xs)
+    if s is None:
+        return f"{label:34} (no data)"
+    return f"{label:34} {s[0]:8.3f} {s[1]:8.3f} {s[2]:8.3f}"
+
+
+TABLE_ROWS = {
+    "ferry (fenced handoff)": "Ferry (fenced handoff)",
+    "consumer group (range)": "consumer group, eager (range)",
+    "consumer group (cooperative-sticky)": "consumer group, cooperative-sticky",
+}
+"""The printed rows' labels → the result table's."""
+
+
+def save(ap: argparse.ArgumentParser, a: argparse.Namespace, results: dict[str, tuple[list[float], int]]) -> None:
+    """The table: a row that did not run, or saw no stall measured, keeps its label with "—" cells."""
+    rows = []
+    missing = []
+    for label, shown in TABLE_ROWS.items():
+        s = summary(results[label][0]) if label in results else None
+        if s is None:
+            missing.append(shown)
+            rows.append([shown, "—", "—", "—"])
+        else:
+            rows.append([shown, *(f"{x:.3f}" for x in s)])
+    note = f"{a.partitions:,} partitions, {a.rate:,g} records/s, {a.workers} members restarted one by one"
+    if missing:
+        note += f"; no data: {', '.join(missing)}"
+    _results.save(
+        "handoff",
+        _results.command_line("python3 bench/handoff.py", ap, a),
+        ["per-partition stall in a rolling restart (s)", "median", "p95", "max"],
+        rows,
+        note,
+    )
 
 
 def main() -> None:
@@ -136,6 +181,7 @@ def main() -> None:
         print(f"per-partition stall (s){'':11} {'median':>8} {'p95':>8} {'max':>8}")
         for label, (xs, _) in results.items():
             print(row(label, xs))
+        save(ap, a, results)
     finally:
         broker.stop()
         zk.stop()

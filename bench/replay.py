@@ -17,9 +17,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from ferry.devstack import embedded, kafka
+from bench import _results
+from ferry import kafka
+from ferry.devstack import embedded
 from ferry.offsets import OffsetState, decode_key, decode_value, encode_value, fold
 
 
@@ -83,6 +85,8 @@ def main() -> None:
         plain_s = time.monotonic() - t
 
         os.environ["FERRY_SPARK_MASTER"] = "local[2]"
+        from pyspark.sql import functions as F
+
         from ferry import config
         from ferry.replay import analysis
         from ferry.replay.job import session
@@ -92,17 +96,29 @@ def main() -> None:
         spark.dataSource.register(KafkaSource)
         t = time.monotonic()
         raw = spark.read.format("ferry-kafka").option("bootstrap", bootstrap).option("topic", "__bench_offsets").load()
-        final = analysis.final_state(analysis.decode(raw)).collect()
+        # one cluster's offsets topic, marked as the replay job marks each cluster's rows
+        final = analysis.final_state(analysis.decode(raw).withColumn("cluster", F.lit("default"))).collect()
         spark_s = time.monotonic() - t
         spark.stop()
         got = {(r.subscription, r.topic, r.partition): (r.committed, r.epoch) for r in final}
-        want = {tuple(k): (v.committed, v.epoch) for k, v in baseline.items() if v is not None}
+        want = {
+            (k.subscription, k.topic, k.partition): (v.committed, v.epoch) for k, v in baseline.items() if v is not None
+        }
         assert got == want, "Spark's final state differs from the plain reader's"
         _ = config
         print(f"{'':34} {'seconds':>8} {'records/min':>14}")
         print(f"{'plain confluent-kafka reader':34} {plain_s:8.1f} {a.records / plain_s * 60:14,.0f}")
         print(f"{'spark local[2] (final state)':34} {spark_s:8.1f} {a.records / spark_s * 60:14,.0f}")
         print(f"final states equal for all {len(got)} keys; spark/plain speed: {plain_s / spark_s:.2f}x")
+        _results.save(
+            "replay",
+            _results.command_line("python3 bench/replay.py", ap, a),
+            [f"{a.records:,} offset records", "seconds", "records/min"],
+            [
+                ["plain confluent-kafka reader", f"{plain_s:.1f}", f"{a.records / plain_s * 60:,.0f}"],
+                ["Spark local[2] (the replay job)", f"{spark_s:.1f}", f"{a.records / spark_s * 60:,.0f}"],
+            ],
+        )
     finally:
         broker.stop()
 

@@ -18,7 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from confluent_kafka import Producer
 
-from ferry.devstack import embedded, kafka
+from bench import _results
+from ferry import kafka
+from ferry.devstack import embedded
 from ferry.offsets import OffsetState, encode_key, encode_value
 from ferry.subscription import PartitionRef
 from ferry.worker.offset_store import OffsetStore
@@ -85,6 +87,16 @@ def main() -> None:
         print(f"{'whole topic each time (baseline)':44} {full:9.3f} {max(full_s):7.3f}")
         print(f"{'incremental (ferry)':44} {inc:9.3f} {max(inc_s):7.3f}")
         print(f"ratio: {full / inc:.1f}x faster; the worker's first restore read the whole topic in {first_s:.2f} s")
+        _results.save(
+            "restore",
+            _results.command_line("python3 bench/restore.py", ap, a),
+            ["restore at a handoff", "median s", "max s"],
+            [
+                ["read the whole offsets topic (baseline)", f"{full:.3f}", f"{max(full_s):.3f}"],
+                ["incremental (Ferry)", f"{inc:.3f}", f"{max(inc_s):.3f}"],
+            ],
+            f"{a.history:,} offset records of {a.keys:,} keys",
+        )
     finally:
         broker.stop()
 
