@@ -97,3 +97,35 @@ def test_gateway_bench_answers_every_request(tmp_path: Path) -> None:
     doc = saved(tmp_path, "gateway")
     assert doc["command"] == "python3 -m bench.gateway --seconds 1"
     assert [row[0] for row in doc["rows"]] == ["1", "100"]
+
+
+# The other broker-backed benches at a small size, in their parser's option order, so that the
+# command they save is exactly the one that ran; ``True``: the table's row labels are fixed.
+SMALL = {
+    "delivery": (["bench/delivery.py", "--records", "5000", "--rss-records", "1200"], True),
+    "latency": (["bench/latency.py", "--rates", "200", "--seconds", "2", "--backlog", "2000"], False),
+    "memory": (
+        ["bench/memory.py", "--topics", "2", "--partitions", "10", "--per-partition", "50", "--seconds", "5"],
+        False,
+    ),
+    "restore": (
+        ["bench/restore.py", "--history", "3000", "--keys", "300", "--handoffs", "2", "--between", "200"],
+        True,
+    ),
+    "handoff": (["bench/handoff.py", "--partitions", "4", "--rate", "100", "--workers", "2"], True),
+    "replay": (["bench/replay.py", "--records", "20000", "--keys", "200"], True),
+    "dev_start": (["-m", "bench.dev_start", "--runs", "3"], True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_bench_saves_the_table_the_page_shows(name: str, tmp_path: Path) -> None:
+    """Each bench writes its BENCHMARKS table itself, in the shape the page shows, under the
+    command that ran (the page's figures are reproducible by the command printed under them)."""
+    argv, fixed_labels = SMALL[name]
+    bench(tmp_path, *argv, timeout=400)
+    doc, shown = saved(tmp_path, name), json.loads((ROOT / "bench" / "results" / f"{name}.json").read_text())
+    assert doc["command"] == "python3 " + " ".join(argv)
+    assert len(doc["columns"]) == len(shown["columns"]) and doc["rows"], doc
+    if fixed_labels:
+        assert [r[0] for r in doc["rows"]] == [r[0] for r in shown["rows"]], doc
