@@ -77,14 +77,19 @@ def records_one(data: bytes) -> None:
         error = None
         if fdp.ConsumeIntInRange(0, 9) == 0:
             error = KafkaError(fdp.PickValueInList([KafkaError._PARTITION_EOF, KafkaError._TRANSPORT]))
+        topic = fdp.PickValueInList(TOPICS)  # drawn in this order: the corpus depends on it
+        partition = fdp.ConsumeIntInRange(0, 3)
+        offset = fdp.ConsumeIntInRange(0, 2**40)
+        key, value = _bytes_or_none(fdp, 24), _bytes_or_none(fdp, 200)
+        headers: list[tuple[str, str | bytes | None]] = list(_headers(fdp))
         msgs.append(
             Message(
-                topic=fdp.PickValueInList(TOPICS),
-                partition=fdp.ConsumeIntInRange(0, 3),
-                offset=fdp.ConsumeIntInRange(0, 2**40),
-                key=_bytes_or_none(fdp, 24),
-                value=_bytes_or_none(fdp, 200),
-                headers=_headers(fdp) or None,
+                topic=topic,
+                partition=partition,
+                offset=offset,
+                key=key,
+                value=value,
+                headers=headers or None,
                 timestamp=(1, fdp.PickValueInList([-1, 0, fdp.ConsumeIntInRange(0, 2**42)])),
                 error=error,
             )
