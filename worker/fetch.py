@@ -38,6 +38,10 @@ Headers = tuple[tuple[str, bytes | None], ...]
 _HEADER_SETS_MAX = 4096
 QUEUED_MAX_KBYTES = 8 * 1024
 """librdkafka's ``queued.max.messages.kbytes`` for a fetcher unless the Kafka settings give one."""
+FETCH_PARTITION_BYTES = 1024 * 1024
+"""librdkafka's ``fetch.message.max.bytes`` (per partition and fetch) unless the Kafka settings give one."""
+FETCH_TOTAL_BYTES = 8 * 1024 * 1024
+"""librdkafka's ``fetch.max.bytes`` (per fetch) unless the Kafka settings give one."""
 HOLD_WAIT_S = 0.1
 """How long the thread waits for a control operation while every partition holds."""
 
@@ -131,12 +135,15 @@ class Fetcher:
                 "auto.offset.reset": "earliest",
                 # librdkafka's 1 s default leaves the local queue empty under per-record work.
                 "fetch.queue.backoff.ms": cfg.get("fetch.queue.backoff.ms", 10),
-                # Bytes one fetch may bring per partition (librdkafka: 1 MB; a larger record is still
-                # fetched whole). A hold or pause acts only after fetches already under way arrived,
-                # so one or two of these per partition overshoot the prefetch bound: with 1,000
-                # partitions and 1 MB a worker took in every record however low the bound
-                # (bench/memory.py); 64 KB keeps the overshoot to ~100 KB per partition.
-                "fetch.message.max.bytes": cfg.get("fetch.message.max.bytes", 64 * 1024),
+                # Bytes one fetch may bring per partition (librdkafka's 1 MB; a larger record is
+                # still fetched whole) and in all (librdkafka: 50 MB). A hold or pause acts only
+                # after fetches already under way arrived, so what they bring overshoots the
+                # prefetch bound: the total cap keeps that to 8 MB a fetch however many partitions
+                # there are (1,000 partitions × 1 MB, uncapped, took in every record whatever the
+                # bound; bench/memory.py). Small per-partition fetches cost the broker more fetches
+                # per record: at 64 KB it spent about half as much again per record (bench/batch.py).
+                "fetch.message.max.bytes": cfg.get("fetch.message.max.bytes", FETCH_PARTITION_BYTES),
+                "fetch.max.bytes": cfg.get("fetch.max.bytes", FETCH_TOTAL_BYTES),
                 # What librdkafka keeps fetched ahead for this consumer (librdkafka: 64 MB). The
                 # queue fills while every partition holds, so this is what a fetcher holds beyond
                 # the partitions' own prefetch bounds.
