@@ -5,24 +5,18 @@ that breaks after a refactor is found here rather than by the next person measur
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+from tests.support.benches import run_bench
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
 
 
 def test_series_saves_every_run_and_the_verdict(tmp_path: Path) -> None:
-    env = {**os.environ, "FERRY_BENCH_RESULTS": str(tmp_path), "PYTHONPATH": str(ROOT)}
     argv = ["--records", "6000", "--partitions", "3", "--keys", "30", "--series", "2", "--orderings", "none,key"]
-    done = subprocess.run(
-        [sys.executable, "bench/batch.py", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
+    done = run_bench(tmp_path, "bench/batch.py", *argv)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     lines = done.stdout.splitlines()
     assert sum(" run " in line for line in lines) == 4  # two runs of each ordering, each printed
@@ -36,14 +30,6 @@ def test_series_saves_every_run_and_the_verdict(tmp_path: Path) -> None:
 
 
 def test_series_refuses_an_unknown_ordering_before_running_anything(tmp_path: Path) -> None:
-    env = {**os.environ, "FERRY_BENCH_RESULTS": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "bench/batch.py", "--series", "1", "--orderings", "key,sorted"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_bench(tmp_path, "bench/batch.py", "--series", "1", "--orderings", "key,sorted", timeout=60)
     assert done.returncode != 0 and "'sorted' is not one of key, partition, none" in done.stderr
     assert not list(tmp_path.iterdir())

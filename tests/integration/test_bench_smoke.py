@@ -7,26 +7,21 @@ every row present."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support.benches import ROOT, run_bench
 from tests.support.needs import missing
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def bench(results: Path, *argv: str, timeout: float = 300) -> list[str]:
     """Run a bench with its table saved under ``results``; its output lines (it must exit 0)."""
-    env = {**os.environ, "FERRY_BENCH_RESULTS": str(results), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    done = run_bench(results, *argv, timeout=timeout)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-4000:]
     return done.stdout.splitlines()
 
@@ -52,15 +47,7 @@ def test_adaptive_bench_runs_every_window_and_measures_the_unloaded_latency(tmp_
 
 
 def test_phases_too_short_to_settle_are_refused(tmp_path: Path) -> None:
-    env = {**os.environ, "FERRY_BENCH_RESULTS": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, "bench/adaptive.py", "--phases", "8:3"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_bench(tmp_path, "bench/adaptive.py", "--phases", "8:3", timeout=60)
     assert done.returncode != 0 and "every phase must last more than 5 s" in done.stderr
     assert not list(tmp_path.iterdir())
 
