@@ -58,14 +58,18 @@ def main() -> None:
     for label, s in rows:
         print(f"{label:32} {s:8.3f}")
     c = Counter(first.values())
+    joined_moved, left_moved, unchanged_moved = (
+        len(moves(first, second)),
+        len(moves(second, third)),
+        len(moves(third, same)),
+    )
+    leaver_held = Counter(second.values())["worker-7"]
     print(f"fresh: partitions per worker {min(c.values())}..{max(c.values())}")
-    print(f"join moved {len(moves(first, second))} (ideal ~{a.partitions // (a.workers + 1)})")
-    print(f"leave moved {len(moves(second, third))} (the leaver held {Counter(second.values())['worker-7']})")
-    print(f"no change moved {len(moves(third, same))}")
+    print(f"join moved {joined_moved} (ideal ~{a.partitions // (a.workers + 1)})")
+    print(f"leave moved {left_moved} (the leaver held {leaver_held})")
+    print(f"no change moved {unchanged_moved}")
     zone_rows = zones(a.partitions, a.workers)
     secs = dict(rows)
-    joined_moved, left_moved = len(moves(first, second)), len(moves(second, third))
-    leaver_held = Counter(second.values())["worker-7"]
     _results.save(
         "planner",
         _results.command_line("python3 bench/planner.py", ap, a),
@@ -84,7 +88,7 @@ def main() -> None:
                 if left_moved == leaver_held
                 else f"{left_moved:,} (the leaver held {leaver_held:,})",
             ],
-            ["nothing changes", f"{secs['nothing changes']:.3f}", f"{len(moves(third, same)):,}"],
+            ["nothing changes", f"{secs['nothing changes']:.3f}", f"{unchanged_moved:,}"],
             *zone_rows,
         ],
     )
@@ -106,14 +110,14 @@ def zones(n_parts: int, n_workers: int) -> list[list[str]]:
     for label, sec in rows:
         print(f"{label:32} {sec:8.3f}")
     wrong = sum(1 for p, w in first.items() if workers[w][0] != home[p])
+    failover, failback = len(moves(first, failed)), len(moves(failed, back))
     c = Counter(first.values())
     print(f"zones fresh: {wrong} partitions outside their zone, per worker {min(c.values())}..{max(c.values())}")
     c = Counter(failed.values())
-    print(f"zones failover: moved {len(moves(first, failed))}, per dc1 worker {min(c.values())}..{max(c.values())}")
-    print(f"zones failback: moved {len(moves(failed, back))}; no change moved {len(moves(back, same))}")
+    print(f"zones failover: moved {failover}, per dc1 worker {min(c.values())}..{max(c.values())}")
+    print(f"zones failback: moved {failback}; no change moved {len(moves(back, same))}")
     secs = dict(rows)
     zone_held = sum(1 for w in first.values() if workers[w][0] == "dc2")
-    failover, failback = len(moves(first, failed)), len(moves(failed, back))
     away = sum(1 for p, w in back.items() if workers[w][0] != home[p])
     return [
         [
