@@ -13,9 +13,12 @@ The model (gradient, as in Netflix's Gradient2, with the fixes its users asked f
   re-measured by pinning concurrency low (Envoy's way, which causes 503s), and it is unknown (no
   adaptation) until the first interval has samples (an empty window never reads as 0);
 - every ``interval_s`` with samples: ``gradient = clamp(tolerance × baseline / median, 0.5, 1)``;
-  ``limit ← limit × gradient + √limit`` when the endpoint was the bottleneck (in flight reached
+  ``limit ← limit × gradient + growth`` when the endpoint was the bottleneck (in flight reached
   most of the limit), else unchanged (an idle sender must not raise the limit it never used); the
-  result is smoothed and kept within [min, max];
+  result is smoothed and kept within [min, max]. ``growth`` is √limit (the queue the limiter
+  keeps probing with, which stops latency noise from collapsing the limit), but at most a quarter
+  of the limit and at least 1: at small limits √limit would be a queue as long as the endpoint's
+  capacity, doubling every push's latency;
 - overload (429, 503, a timeout) cuts the limit at once by ``backoff_ratio``, at most once per
   interval (one burst of 503s is one signal, not fifty).
 
@@ -108,6 +111,12 @@ class AdaptiveLimit:
             return
         median = samples[len(samples) // 2]
         gradient = 1.0 if median <= 0 else min(1.0, max(0.5, s.tolerance * baseline / median))
-        target = self.limit_f * gradient + math.sqrt(self.limit_f)
+        target = self.limit_f * gradient + growth(self.limit_f)
         new = (1 - s.smoothing) * self.limit_f + s.smoothing * target
         self.limit_f = min(float(s.max_limit), max(float(s.min_limit), new))
+
+
+def growth(limit: float) -> float:
+    """How far above ``limit × gradient`` an interval's target goes: the probe that keeps a small
+    queue in front of the endpoint (√limit), at most a quarter of the limit, at least 1."""
+    return max(1.0, min(math.sqrt(limit), limit / 4))

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from ferry.worker.limiter import AdaptiveLimit, LimiterSettings
+from ferry.worker.limiter import AdaptiveLimit, LimiterSettings, growth
 
 
 def drive(
@@ -106,3 +106,18 @@ def test_baseline_rises_when_the_endpoint_becomes_slower_for_good() -> None:
 def test_bad_settings_say_what_to_change() -> None:
     with pytest.raises(ValueError, match="1 <= min"):
         AdaptiveLimit(LimiterSettings(min_limit=10, max_limit=5))
+
+
+@pytest.mark.parametrize(
+    ("limit", "expected"),
+    [
+        (1, 1.0),  # at least one: a collapsed limit still climbs back
+        (4, 1.0),  # a quarter of a small limit, not √4 = 2: half the capacity queued
+        (8, 2.0),
+        (16, 4.0),  # where √limit and a quarter meet
+        (64, 8.0),  # √limit beyond
+        (256, 16.0),
+    ],
+)
+def test_growth_is_root_limit_at_most_a_quarter_of_it(limit: float, expected: float) -> None:
+    assert growth(limit) == expected
