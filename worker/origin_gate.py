@@ -8,6 +8,12 @@ at :meth:`OriginGate.acquire` while the origin is at its limit; waiting partitio
 turn (one push each, round robin), so a hot partition cannot take the whole limit. The partition's
 own window still applies first: per-key order and ``max_in_flight`` hold as without the gate.
 
+Waiting pushes are started at most one per ``no-queue latency ÷ limit`` (the limit's own pace):
+answers that come back together (an endpoint serving its slots in step) would otherwise be
+followed by pushes that arrive together, find the slots taken together and wait a whole service
+time each; spaced, a push waits only for the next slot to free. A push that finds the origin
+below its limit with nobody waiting starts at once.
+
 States of a push here: admitted at once (in flight < limit and nobody waiting) → or waiting in its
 partition's queue → admitted in turn when a push of the origin finishes → released with its latency
 and whether the endpoint was overloaded (429, 503, a timeout), which moves the limit.
@@ -24,6 +30,9 @@ from urllib.parse import urlsplit
 
 from ferry.worker.limiter import AdaptiveLimit, LimiterSettings
 
+PACE_SLACK_S = 0.002
+"""How far behind its pace the gate may fall and still catch up (a burst of at most this much)."""
+
 
 class OriginGate:
     def __init__(self, settings: LimiterSettings, clock: Callable[[], float] = time.monotonic) -> None:
@@ -32,6 +41,8 @@ class OriginGate:
         self._clock = clock
         self._waiting: OrderedDict[Hashable, deque[asyncio.Future[None]]] = OrderedDict()
         self.overloads = 0
+        self._next_start = 0.0  # on the clock: when a waiting push may start next
+        self._timer: asyncio.TimerHandle | None = None
 
     @property
     def limit(self) -> int:
@@ -72,8 +83,20 @@ class OriginGate:
 
     def _release_place(self) -> None:
         self.in_flight -= 1
+        self._admit()
+
+    def _admit(self) -> None:
+        """Start waiting pushes while the origin is below its limit, spaced by the limit's pace."""
+        baseline = self.limiter.baseline_s
         while self.in_flight < self.limit and self._waiting:
             who, queue = next(iter(self._waiting.items()))
+            if baseline:
+                now = self._clock()
+                if now < self._next_start:
+                    if self._timer is None:
+                        loop = asyncio.get_running_loop()
+                        self._timer = loop.call_later(self._next_start - now, self._on_timer)
+                    return
             fut = queue.popleft()
             if queue:
                 self._waiting.move_to_end(who)  # the next partition's turn
@@ -81,8 +104,16 @@ class OriginGate:
                 del self._waiting[who]
             if fut.done():
                 continue
+            if baseline:
+                # A late timer is caught up on (timers fire up to ~1 ms late), an idle spell is not.
+                on_pace = now - self._next_start <= PACE_SLACK_S
+                self._next_start = (self._next_start if on_pace else now) + baseline / self.limit
             self.in_flight += 1
             fut.set_result(None)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._admit()
 
     def stats(self) -> dict[str, Any]:
         baseline = self.limiter.baseline_s

@@ -37,6 +37,35 @@ def test_at_the_limit_pushes_wait_and_partitions_take_turns() -> None:
     assert order[2:6] == ["hot2", "quiet0", "hot3", "quiet1"]
 
 
+def test_answers_that_come_back_together_start_spaced_pushes() -> None:
+    """An endpoint serving its slots in step answers them together; the waiting pushes then start
+    one per no-queue latency ÷ limit, so they do not all find the slots taken together."""
+
+    async def main() -> list[float]:
+        loop = asyncio.get_running_loop()
+        gate = OriginGate(LimiterSettings(min_limit=4, max_limit=4, initial_limit=4), clock=loop.time)
+        gate.limiter.on_sample(0.02, 4, 0.0)
+        gate.limiter.on_sample(0.02, 4, 0.3)  # a second interval: the baseline is 20 ms
+        assert gate.limiter.baseline_s == 0.02
+        await asyncio.sleep(1)
+        places = [await gate.acquire("p") for _ in range(4)]  # below the limit: at once
+        assert places == [1, 2, 3, 4] and loop.time() == 1
+        starts: list[float] = []
+
+        async def waiter() -> None:
+            await gate.acquire("p")
+            starts.append(loop.time())
+
+        waiters = [loop.create_task(waiter()) for _ in range(4)]
+        await asyncio.sleep(0)
+        for _ in range(4):  # four answers at the same instant
+            gate.release(0.02, 4, overloaded=False)
+        await asyncio.gather(*waiters)
+        return [round(t - 1, 4) for t in starts]
+
+    assert run(main()) == [0.0, 0.005, 0.01, 0.015]
+
+
 def test_a_cancelled_waiter_leaves_no_hole() -> None:
     async def main() -> int:
         gate = OriginGate(LimiterSettings(min_limit=1, max_limit=1, initial_limit=1))
