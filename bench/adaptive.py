@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._endpoint import percentile
 from bench._harness import BENCH, Stack, create_topic
-from bench._results import save
+from bench._results import command_line, save
 from ferry.devstack import embedded
 
 TOPIC = "adaptive"
@@ -258,9 +258,7 @@ def main() -> None:
             every_run.append(rows)
             print(f"{label}: {len(rows):,} requests", flush=True)
 
-    command = f"python3 bench/adaptive.py --phases {a.phases}" + (
-        f" --fixed {a.fixed}" if tuple(fixed) != FIXED else ""
-    )
+    command = command_line("python3 bench/adaptive.py", ap, a)
     print(f"\n`{command}` — service {a.service_ms:g} ms, queue {a.queue}\n")
     print(
         "| in flight | C | goodput/s | of capacity | p50 ms | p99 ms after 5 s | 503s | timeouts | duplicates "

@@ -227,8 +227,9 @@ GOAL = {"key": 0.9, "partition": 1.0, "none": 1.0}
 """The least Ferry's records/s ÷ the naive loop's may be, in every run of a series."""
 
 
-def series(a: argparse.Namespace) -> None:
-    """``--series N``: N runs of each ordering in a row, each a fresh process; print and save them."""
+def series(a: argparse.Namespace, command: str) -> None:
+    """``--series N``: N runs of each ordering in a row, each a fresh process; print and save them
+    with ``command``, the command line that reproduces the series."""
     orderings = a.orderings.split(",")
     for ordering in orderings:
         if ordering not in ORDERINGS:
@@ -284,7 +285,7 @@ def series(a: argparse.Namespace) -> None:
     )
     _results.save(
         "batch",
-        f"python3 bench/batch.py --records {a.records} --series {a.series}",
+        command,
         [
             "ordering",
             "naive batched loop records/s",
@@ -317,7 +318,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="also print the run's figures as one JSON line")
     a = ap.parse_args()
     if a.series:
-        series(a)
+        series(a, _results.command_line("python3 bench/batch.py", ap, a))
         return
     with Stack() as stack:
         tmp, bootstrap, ep = stack.tmp, stack.bootstrap, stack.ep

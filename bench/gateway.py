@@ -391,7 +391,7 @@ def main() -> None:
         )
         _results.save(
             "gateway",
-            f"python3 -m bench.gateway --seconds {a.seconds}",
+            _results.command_line("python3 -m bench.gateway", ap, a),
             COLUMNS,
             [
                 [

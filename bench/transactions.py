@@ -212,7 +212,7 @@ def main() -> None:
         print(f"goal: <= 3x for one record, >= 5,000 transactions/s; measured {by[('txn', 1)]['ops']:,.0f}/s")
         _results.save(
             "transactions",
-            f"python3 -m bench.transactions --seconds {a.seconds:g}",
+            _results.command_line("python3 -m bench.transactions", ap, a),
             [
                 "records",
                 "plain produce ops/s",

@@ -21,7 +21,9 @@ def test_series_saves_every_run_and_the_verdict(tmp_path: Path) -> None:
     lines = done.stdout.splitlines()
     assert sum(" run " in line for line in lines) == 4  # two runs of each ordering, each printed
     doc = json.loads((tmp_path / "batch.json").read_text())
-    assert doc["command"] == "python3 bench/batch.py --records 6000 --series 2"
+    assert doc["command"] == (
+        "python3 bench/batch.py --records 6000 --partitions 3 --keys 30 --series 2 --orderings none,key"
+    )
     assert [row[0] for row in doc["rows"]] == ["`none`", "`key`"]
     for row in doc["rows"]:
         ratios = row[3].split("(", 1)[1].rstrip(")").split(", ")

@@ -40,7 +40,7 @@ def test_adaptive_bench_runs_every_window_and_measures_the_unloaded_latency(tmp_
     assert [v.split(":")[0] for v in verdicts] == ["C=8", "C=4"]
     assert all("× the unloaded latency" in v for v in verdicts), verdicts
     doc = saved(tmp_path, "adaptive")
-    assert doc["command"] == "python3 bench/adaptive.py --phases 8:6,4:6 --fixed 4"
+    assert doc["command"] == "python3 bench/adaptive.py --phases 8:6,4:6 --queue 16 --fixed 4"
     assert [row[0] for row in doc["rows"]] == ["fixed 4", "adaptive"]
     for row in doc["rows"]:  # neither a window of 4 nor adaptive overloads this endpoint
         assert row[-2:] == ["0", "0"], row  # 503s + timeouts, duplicates
@@ -59,7 +59,7 @@ def test_transactions_bench_commits_every_transaction(tmp_path: Path) -> None:
     for r in rows:
         assert float(r[3].replace(",", "")) > 0 and r[-1] == "0", r  # operations/s, errors
     doc = saved(tmp_path, "transactions")
-    assert doc["command"] == "python3 -m bench.transactions --seconds 1"
+    assert doc["command"] == "python3 -m bench.transactions --seconds 1 --concurrency 4"
     assert [row[0] for row in doc["rows"]] == ["1", "10"]
 
 
@@ -82,7 +82,7 @@ def test_gateway_bench_answers_every_request(tmp_path: Path) -> None:
     for r in rows:
         assert float(r[3].replace(",", "")) > 0 and r[-1] == "0", r  # requests/s, non-2xx answers
     doc = saved(tmp_path, "gateway")
-    assert doc["command"] == "python3 -m bench.gateway --seconds 1"
+    assert doc["command"] == "python3 -m bench.gateway --seconds 1 --connections 2"
     assert [row[0] for row in doc["rows"]] == ["1", "100"]
 
 
