@@ -30,6 +30,12 @@ from urllib.parse import urlsplit
 
 from ferry.worker.limiter import AdaptiveLimit, LimiterSettings
 
+PACE_MIN_S = 0.0002
+"""A finer pace (more than 5,000 starts a second) is not kept: at that rate the worker's own event
+loop spreads the starts, and timers would only cost it CPU."""
+PACE_TICK_S = 0.001
+"""The pace's grain: pushes due within a tick start together, and the gate never sets a timer
+shorter than one (an event loop's timers are no finer; a shorter one would spin the loop)."""
 PACE_SLACK_S = 0.002
 """How far behind its pace the gate may fall and still catch up (a burst of at most this much)."""
 
@@ -88,14 +94,16 @@ class OriginGate:
     def _admit(self) -> None:
         """Start waiting pushes while the origin is below its limit, spaced by the limit's pace."""
         baseline = self.limiter.baseline_s
+        spacing = baseline / self.limit if baseline else 0.0
+        paced = spacing >= PACE_MIN_S
         while self.in_flight < self.limit and self._waiting:
             who, queue = next(iter(self._waiting.items()))
-            if baseline:
+            if paced:
                 now = self._clock()
-                if now < self._next_start:
+                if now < self._next_start - PACE_TICK_S:
                     if self._timer is None:
-                        loop = asyncio.get_running_loop()
-                        self._timer = loop.call_later(self._next_start - now, self._on_timer)
+                        wait = max(PACE_TICK_S, self._next_start - PACE_TICK_S - now)
+                        self._timer = asyncio.get_running_loop().call_later(wait, self._on_timer)
                     return
             fut = queue.popleft()
             if queue:
@@ -104,10 +112,10 @@ class OriginGate:
                 del self._waiting[who]
             if fut.done():
                 continue
-            if baseline:
+            if paced:
                 # A late timer is caught up on (timers fire up to ~1 ms late), an idle spell is not.
                 on_pace = now - self._next_start <= PACE_SLACK_S
-                self._next_start = (self._next_start if on_pace else now) + baseline / self.limit
+                self._next_start = (self._next_start if on_pace else now) + spacing
             self.in_flight += 1
             fut.set_result(None)
 

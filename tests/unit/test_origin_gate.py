@@ -37,16 +37,16 @@ def test_at_the_limit_pushes_wait_and_partitions_take_turns() -> None:
     assert order[2:6] == ["hot2", "quiet0", "hot3", "quiet1"]
 
 
-def test_answers_that_come_back_together_start_spaced_pushes() -> None:
-    """An endpoint serving its slots in step answers them together; the waiting pushes then start
-    one per no-queue latency ÷ limit, so they do not all find the slots taken together."""
+def _starts_after_four_answers_at_once(baseline_s: float) -> list[float]:
+    """A gate of limit 4 whose no-queue latency is ``baseline_s``: four pushes in flight, four
+    waiting, then the four answers at the same instant. When each waiting push started (s)."""
 
     async def main() -> list[float]:
         loop = asyncio.get_running_loop()
         gate = OriginGate(LimiterSettings(min_limit=4, max_limit=4, initial_limit=4), clock=loop.time)
-        gate.limiter.on_sample(0.02, 4, 0.0)
-        gate.limiter.on_sample(0.02, 4, 0.3)  # a second interval: the baseline is 20 ms
-        assert gate.limiter.baseline_s == 0.02
+        gate.limiter.on_sample(baseline_s, 4, 0.0)
+        gate.limiter.on_sample(baseline_s, 4, 0.3)  # a second interval: the baseline is known
+        assert gate.limiter.baseline_s == baseline_s
         await asyncio.sleep(1)
         places = [await gate.acquire("p") for _ in range(4)]  # below the limit: at once
         assert places == [1, 2, 3, 4] and loop.time() == 1
@@ -58,12 +58,24 @@ def test_answers_that_come_back_together_start_spaced_pushes() -> None:
 
         waiters = [loop.create_task(waiter()) for _ in range(4)]
         await asyncio.sleep(0)
-        for _ in range(4):  # four answers at the same instant
-            gate.release(0.02, 4, overloaded=False)
+        for _ in range(4):
+            gate.release(baseline_s, 4, overloaded=False)
         await asyncio.gather(*waiters)
         return [round(t - 1, 4) for t in starts]
 
-    assert run(main()) == [0.0, 0.005, 0.01, 0.015]
+    return run(main())
+
+
+def test_answers_that_come_back_together_start_spaced_pushes() -> None:
+    """An endpoint serving its slots in step answers them together; the waiting pushes then start
+    one per no-queue latency ÷ limit (5 ms here), each up to a tick (1 ms) early, so they do not
+    all find the slots taken together."""
+    assert _starts_after_four_answers_at_once(0.02) == [0.0, 0.004, 0.009, 0.014]
+
+
+def test_a_pace_finer_than_the_event_loop_keeps_is_not_paced() -> None:
+    # 0.5 ms ÷ 4 = 0.125 ms between starts: below PACE_MIN_S, every waiting push starts at once.
+    assert _starts_after_four_answers_at_once(0.0005) == [0.0, 0.0, 0.0, 0.0]
 
 
 def test_a_cancelled_waiter_leaves_no_hole() -> None:
