@@ -8,15 +8,17 @@ at :meth:`OriginGate.acquire` while the origin is at its limit; waiting partitio
 turn (one push each, round robin), so a hot partition cannot take the whole limit. The partition's
 own window still applies first: per-key order and ``max_in_flight`` hold as without the gate.
 
-Waiting pushes are started at most one per ``no-queue latency ÷ limit`` (the limit's own pace):
-answers that come back together (an endpoint serving its slots in step) would otherwise be
-followed by pushes that arrive together, find the slots taken together and wait a whole service
-time each; spaced, a push waits only for the next slot to free. A push that finds the origin
-below its limit with nobody waiting starts at once.
+Waiting pushes are started at most one per ``no-queue latency ÷ limit`` (the limit's own pace, to
+the millisecond; a pace finer than :data:`PACE_MIN_S` is not kept): answers that come back
+together (an endpoint serving its slots in step) would otherwise be followed by pushes that arrive
+together, find the slots taken together and wait a whole service time each; spaced, a push waits
+only for the next slot to free. A push that finds the origin below its limit with nobody waiting
+starts at once.
 
 States of a push here: admitted at once (in flight < limit and nobody waiting) → or waiting in its
-partition's queue → admitted in turn when a push of the origin finishes → released with its latency
-and whether the endpoint was overloaded (429, 503, a timeout), which moves the limit.
+partition's queue → admitted in turn when a push of the origin finishes and the pace allows →
+released with its latency and whether the endpoint was overloaded (429, 503, a timeout), which
+moves the limit.
 """
 
 from __future__ import annotations
