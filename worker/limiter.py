@@ -56,6 +56,7 @@ class AdaptiveLimit:
     _busy: bool = False
     _interval_start: float | None = None
     _minima: deque[tuple[float, float]] = field(default_factory=deque)  # (interval start, min latency)
+    _baseline: float | None = None  # min of _minima, kept as they change (read at every push's end)
     _last_cut: float | None = None
 
     def __post_init__(self) -> None:
@@ -71,7 +72,7 @@ class AdaptiveLimit:
     @property
     def baseline_s(self) -> float | None:
         """The no-queue latency, None while learning."""
-        return min(m for _, m in self._minima) if self._minima else None
+        return self._baseline
 
     def on_sample(self, latency_s: float, in_flight: int, now: float) -> None:
         """A push answered (any answer that is not overload) after ``latency_s``, with ``in_flight``
@@ -99,15 +100,17 @@ class AdaptiveLimit:
         if self._samples:
             self._adjust(self._interval_start)
         self._samples, self._busy, self._interval_start = [], False, now
-        while self._minima and now - self._minima[0][0] > s.baseline_window_s:
-            self._minima.popleft()
+        if self._minima and now - self._minima[0][0] > s.baseline_window_s:
+            while self._minima and now - self._minima[0][0] > s.baseline_window_s:
+                self._minima.popleft()
+            self._baseline = min(m for _, m in self._minima) if self._minima else None
 
     def _adjust(self, start: float) -> None:
         s = self.settings
         samples = sorted(self._samples)
         self._minima.append((start, samples[0]))
-        baseline = self.baseline_s
-        if baseline is None or not self._busy:
+        self._baseline = baseline = samples[0] if self._baseline is None else min(self._baseline, samples[0])
+        if not self._busy:
             return
         median = samples[len(samples) // 2]
         gradient = 1.0 if median <= 0 else min(1.0, max(0.5, s.tolerance * baseline / median))
