@@ -6,13 +6,20 @@ watches each push's latency and answer and moves the limit so that the endpoint 
 without a queue building up in front of it. One limiter serves one endpoint origin and is shared by
 every partition a worker pushes there (the caller splits it fairly between partitions).
 
-The model (gradient, as in Netflix's Gradient2, with the fixes its users asked for):
+The model (gradient, as in Netflix's Gradient2, with the no-queue latency measured as Envoy does):
 
-- *no-queue latency*: the lowest latency seen over the last ``baseline_window_s`` seconds, kept as
-  per-interval minima so that it can rise when the endpoint really became slower — it is never
-  re-measured by pinning concurrency low (Envoy's way, which causes 503s), and it is unknown (no
-  adaptation) until the first interval has samples (an empty window never reads as 0);
-- every ``interval_s`` with samples: ``gradient = clamp(tolerance × baseline / median, 0.5, 1)``;
+- *no-queue latency*: measured in a *probe*, at the start and then at every multiple of
+  ``probe_every_s`` on the wall clock: the pushes allowed in flight drop to ``min_limit`` until
+  ``probe_samples`` pushes sent that way have answered (or one has, after ``interval_s``), and the
+  lowest of their latencies is the no-queue latency until the next probe (a lower latency seen
+  meanwhile lowers it). Latencies seen while the limit is in use cannot tell it: once the limiter
+  keeps a queue, every push waits in it, so their minimum would rise with the queue, the limit
+  with it, and so on without end. On the wall clock's marks, every worker pushing to the endpoint
+  probes at once, so its queue really drains (a worker probing alone would measure the others'
+  queue). A probe costs one drain of the endpoint's queue and a few pushes at ``min_limit``; the
+  other pushes wait for it in the worker, nothing is refused;
+- every ``interval_s`` with samples, outside probes:
+  ``gradient = clamp(tolerance × no-queue latency / median, 0.5, 1)``;
   ``limit ← limit × gradient + growth`` when the endpoint was the bottleneck (in flight reached
   most of the limit), else unchanged (an idle sender must not raise the limit it never used); the
   result is smoothed and kept within [min, max]. ``growth`` is √limit (the queue the limiter
@@ -22,14 +29,15 @@ The model (gradient, as in Netflix's Gradient2, with the fixes its users asked f
 - overload (429, 503, a timeout) cuts the limit at once by ``backoff_ratio``, at most once per
   interval (one burst of 503s is one signal, not fifty).
 
-States: *learning* (no baseline yet: the limit stays at its start), *adapting*. Pure: the caller
-passes the time; no I/O, no clock.
+States: *probing* (the first one is learning: no no-queue latency yet) → *adapting* → probing
+again at the next mark → adapting with the new no-queue latency. ``limit`` is the learned
+limit; ``allowed`` is what may be in flight now (``min_limit`` while probing). Pure: the caller
+passes the time; no I/O, no clock (``wall_offset_s`` turns the caller's time into the wall clock's).
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 
 
@@ -44,7 +52,8 @@ class LimiterSettings:
     tolerance: float = 1.25  # latency up to 1.25 × the no-queue latency counts as no queue
     smoothing: float = 0.5  # weight of the new value
     backoff_ratio: float = 0.7  # overload: limit × 0.7
-    baseline_window_s: float = 30.0
+    probe_every_s: float = 30.0  # the no-queue latency is measured again at these wall-clock marks
+    probe_samples: int = 3  # pushes at min_limit that end a probe (or one, after interval_s)
     busy_fraction: float = 0.8  # grow only when in flight reached 80 % of the limit
 
 
@@ -55,19 +64,35 @@ class AdaptiveLimit:
     _samples: list[float] = field(default_factory=list)
     _busy: bool = False
     _interval_start: float | None = None
-    _minima: deque[tuple[float, float]] = field(default_factory=deque)  # (interval start, min latency)
-    _baseline: float | None = None  # min of _minima, kept as they change (read at every push's end)
+    _baseline: float | None = None
+    _probe_start: float | None = None  # None: not probing (set at the first sample while learning)
+    _probing: bool = True
+    _probe_samples: list[float] = field(default_factory=list)
+    _last_probe: float | None = None
+    wall_offset_s: float = 0.0  # the wall clock minus the time passed in
     _last_cut: float | None = None
 
     def __post_init__(self) -> None:
         s = self.settings
         if not 1 <= s.min_limit <= s.max_limit:
             raise ValueError(f"concurrency limits must satisfy 1 <= min ({s.min_limit}) <= max ({s.max_limit})")
+        if s.probe_samples < 1:
+            raise ValueError(f"probe_samples must be at least 1, not {s.probe_samples}")
         self.limit_f = float(min(max(s.initial_limit, s.min_limit), s.max_limit))
 
     @property
     def limit(self) -> int:
+        """The learned limit."""
         return max(self.settings.min_limit, int(self.limit_f))
+
+    @property
+    def allowed(self) -> int:
+        """How many pushes may be in flight now: ``min_limit`` while probing, else the limit."""
+        return self.settings.min_limit if self._probing else self.limit
+
+    @property
+    def probing(self) -> bool:
+        return self._probing
 
     @property
     def baseline_s(self) -> float | None:
@@ -77,6 +102,14 @@ class AdaptiveLimit:
     def on_sample(self, latency_s: float, in_flight: int, now: float) -> None:
         """A push answered (any answer that is not overload) after ``latency_s``, with ``in_flight``
         pushes outstanding when it was sent (itself included)."""
+        if self._probing:
+            self._probe(latency_s, in_flight, now)
+            return
+        if self._baseline is not None and latency_s < self._baseline:
+            self._baseline = latency_s
+        if self._probe_due(now):
+            self._start_probe(now)
+            return
         self._roll(now)
         self._samples.append(latency_s)
         if in_flight >= self.settings.busy_fraction * self.limit:
@@ -90,30 +123,50 @@ class AdaptiveLimit:
         self._last_cut = now
         self.limit_f = max(float(s.min_limit), self.limit_f * s.backoff_ratio)
 
-    def _roll(self, now: float) -> None:
+    def _probe_due(self, now: float) -> bool:
+        """A mark of the wall clock (a multiple of ``probe_every_s``) passed since the last probe."""
+        if self._last_probe is None:
+            return False
+        every, offset = self.settings.probe_every_s, self.wall_offset_s
+        return (now + offset) // every > (self._last_probe + offset) // every
+
+    def _start_probe(self, now: float) -> None:
+        if self.settings.min_limit == self.settings.max_limit:
+            self._last_probe = now  # nothing to adapt: no probe
+            return
+        self._probing, self._probe_start, self._probe_samples = True, now, []
+
+    def _probe(self, latency_s: float, in_flight: int, now: float) -> None:
         s = self.settings
+        if self._probe_start is None:
+            self._probe_start = now  # learning starts with the first answer
+        if in_flight > s.min_limit:
+            return  # sent before the probe, behind a queue of the worker's own
+        self._probe_samples.append(latency_s)
+        enough = len(self._probe_samples) >= s.probe_samples
+        if not enough and now - self._probe_start < s.interval_s:
+            return
+        self._baseline = min(self._probe_samples)
+        self._probing, self._last_probe = False, now
+        self._samples, self._busy, self._interval_start = [], False, now
+
+    def _roll(self, now: float) -> None:
         if self._interval_start is None:
             self._interval_start = now
             return
-        if now - self._interval_start < s.interval_s:
+        if now - self._interval_start < self.settings.interval_s:
             return
         if self._samples:
-            self._adjust(self._interval_start)
+            self._adjust()
         self._samples, self._busy, self._interval_start = [], False, now
-        if self._minima and now - self._minima[0][0] > s.baseline_window_s:
-            while self._minima and now - self._minima[0][0] > s.baseline_window_s:
-                self._minima.popleft()
-            self._baseline = min(m for _, m in self._minima) if self._minima else None
 
-    def _adjust(self, start: float) -> None:
+    def _adjust(self) -> None:
         s = self.settings
-        samples = sorted(self._samples)
-        self._minima.append((start, samples[0]))
-        self._baseline = baseline = samples[0] if self._baseline is None else min(self._baseline, samples[0])
-        if not self._busy:
+        if not self._busy or self._baseline is None:
             return
+        samples = sorted(self._samples)
         median = samples[len(samples) // 2]
-        gradient = 1.0 if median <= 0 else min(1.0, max(0.5, s.tolerance * baseline / median))
+        gradient = 1.0 if median <= 0 else min(1.0, max(0.5, s.tolerance * self._baseline / median))
         target = self.limit_f * gradient + growth(self.limit_f)
         new = (1 - s.smoothing) * self.limit_f + s.smoothing * target
         self.limit_f = min(float(s.max_limit), max(float(s.min_limit), new))

@@ -43,10 +43,16 @@ PACE_SLACK_S = 0.002
 
 
 class OriginGate:
-    def __init__(self, settings: LimiterSettings, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: LimiterSettings,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.limiter = AdaptiveLimit(settings)
         self.in_flight = 0
         self._clock = clock
+        self._wall = wall
         self._waiting: OrderedDict[Hashable, deque[asyncio.Future[None]]] = OrderedDict()
         self.overloads = 0
         self._next_start = 0.0  # on the clock: when a waiting push may start next
@@ -54,7 +60,13 @@ class OriginGate:
 
     @property
     def limit(self) -> int:
+        """The learned limit (what the gauges show)."""
         return self.limiter.limit
+
+    @property
+    def allowed(self) -> int:
+        """What may be in flight now: the limit, or the limiter's minimum while it probes."""
+        return self.limiter.allowed
 
     @property
     def waiting(self) -> int:
@@ -62,7 +74,7 @@ class OriginGate:
 
     async def acquire(self, who: Hashable) -> int:
         """Wait for a place; returns the pushes in flight at the origin with this one."""
-        if self.in_flight < self.limit and not self._waiting:
+        if self.in_flight < self.allowed and not self._waiting:
             self.in_flight += 1
             return self.in_flight
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -82,6 +94,7 @@ class OriginGate:
 
     def release(self, latency_s: float, in_flight_at_send: int, overloaded: bool) -> None:
         now = self._clock()
+        self.limiter.wall_offset_s = self._wall() - now  # probes on the wall clock's marks
         if overloaded:
             self.overloads += 1
             self.limiter.on_overload(now)
@@ -96,9 +109,10 @@ class OriginGate:
     def _admit(self) -> None:
         """Start waiting pushes while the origin is below its limit, spaced by the limit's pace."""
         baseline = self.limiter.baseline_s
-        spacing = baseline / self.limit if baseline else 0.0
+        allowed = self.allowed
+        spacing = baseline / allowed if baseline else 0.0
         paced = spacing >= PACE_MIN_S
-        while self.in_flight < self.limit and self._waiting:
+        while self.in_flight < allowed and self._waiting:
             who, queue = next(iter(self._waiting.items()))
             if paced:
                 now = self._clock()
@@ -129,6 +143,7 @@ class OriginGate:
         baseline = self.limiter.baseline_s
         return {
             "limit": self.limit,
+            "probing": self.limiter.probing,
             "in_flight": self.in_flight,
             "waiting": self.waiting,
             "no_queue_latency_ms": None if baseline is None else round(baseline * 1000, 2),

@@ -1,7 +1,10 @@
 """Adaptive concurrency (worker.limiter): the limit's path on latency sequences, as tables.
 
 A simulated endpoint serves ``capacity`` pushes at once in ``service_s`` each and queues the rest
-(so latency = service time × ceil(in flight / capacity)); the sender keeps the limit in flight."""
+(so latency = service time × ceil(in flight / capacity)); the sender keeps what the limiter allows
+in flight. Every push of a wave waits as long as the others, so no push ever sees an empty queue
+unless the limiter drains it: the model where a no-queue latency learnt from latencies under load
+would drift."""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ def drive(
     for seconds, capacity, service in phases:
         end = now + seconds
         while now < end:
-            in_flight = lim.limit
+            in_flight = lim.allowed
             latency = service * math.ceil(in_flight / capacity)
             if noise:
                 latency *= 1 + rng.uniform(-noise, noise)
@@ -80,11 +83,49 @@ def test_overload_cuts_multiplicatively_once_per_interval() -> None:
     assert lim.limit == 1  # never below min
 
 
-def test_learning_keeps_the_initial_limit_until_a_baseline_exists() -> None:
+def test_learning_probes_one_push_at_a_time_then_starts_at_the_initial_limit() -> None:
     lim = AdaptiveLimit(LimiterSettings(initial_limit=8))
-    assert lim.baseline_s is None
-    lim.on_sample(0.05, 8, 0.0)
-    assert lim.limit == 8 and lim.baseline_s is None
+    assert lim.baseline_s is None and lim.probing and lim.allowed == 1 and lim.limit == 8
+    lim.on_sample(0.09, 8, 0.0)  # sent before the probe, behind the worker's own queue: ignored
+    lim.on_sample(0.05, 1, 0.01)
+    lim.on_sample(0.04, 1, 0.02)
+    assert lim.probing and lim.baseline_s is None
+    lim.on_sample(0.06, 1, 0.03)  # the third push at the minimum ends it
+    assert not lim.probing and lim.baseline_s == 0.04 and lim.allowed == 8
+
+
+def test_a_slow_probe_ends_after_one_answer_and_an_interval() -> None:
+    lim = AdaptiveLimit(LimiterSettings(interval_s=0.25))
+    lim.on_sample(2.0, 8, 0.0)  # the probe starts at the first answer
+    lim.on_sample(1.0, 1, 1.0)
+    assert not lim.probing and lim.baseline_s == 1.0
+
+
+def test_the_no_queue_latency_is_probed_again_and_the_limit_kept() -> None:
+    lim = AdaptiveLimit(LimiterSettings(probe_every_s=30.0, max_limit=256))
+    trace = drive(lim, [(29, 16, 0.01)])
+    learned = lim.limit
+    assert not lim.probing and trace[-1][1] == learned
+    drive(lim, [(2, 16, 0.01)])  # past 30 s: a probe, three pushes at the minimum, then the limit
+    assert not lim.probing and lim.allowed == lim.limit and abs(lim.limit - learned) <= 3
+
+
+def test_fixed_bounds_are_not_probed() -> None:
+    lim = AdaptiveLimit(LimiterSettings(min_limit=4, max_limit=4, initial_limit=4, probe_every_s=1.0))
+    drive(lim, [(10, 2, 0.01)])
+    assert lim.allowed == 4 and not lim.probing
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 4])
+def test_a_start_above_capacity_still_finds_the_no_queue_latency(capacity: int) -> None:
+    """Starting at 8 against fewer slots, every push of the first waves is queued; were the
+    no-queue latency their minimum, the limit would grow with the queue it causes (to 74 for
+    capacity 4 after 3 minutes, latency 14× the service time)."""
+    lim = AdaptiveLimit(LimiterSettings(max_limit=256))
+    trace = drive(lim, [(180, capacity, 0.02)])
+    assert lim.baseline_s == pytest.approx(0.02)
+    lo, hi = settled(trace, 60.0)
+    assert hi <= capacity + 1, (lo, hi)
 
 
 def test_an_idle_sender_does_not_raise_the_limit_it_never_uses() -> None:
@@ -95,11 +136,11 @@ def test_an_idle_sender_does_not_raise_the_limit_it_never_uses() -> None:
 
 
 def test_baseline_rises_when_the_endpoint_becomes_slower_for_good() -> None:
-    lim = AdaptiveLimit(LimiterSettings(baseline_window_s=5.0, max_limit=256))
+    lim = AdaptiveLimit(LimiterSettings(probe_every_s=5.0, max_limit=256))
     drive(lim, [(6, 16, 0.01)])
     assert lim.baseline_s == pytest.approx(0.01, rel=0.01)
-    drive(lim, [(20, 16, 0.05)])
-    assert lim.baseline_s is not None and lim.baseline_s >= 0.04
+    drive(lim, [(20, 16, 0.05)])  # the next probe measures the slower latency
+    assert lim.baseline_s == pytest.approx(0.05, rel=0.01)
     assert lim.limit >= 12  # it did not collapse: the slower latency became the new normal
 
 
@@ -121,3 +162,44 @@ def test_bad_settings_say_what_to_change() -> None:
 )
 def test_growth_is_root_limit_at_most_a_quarter_of_it(limit: float, expected: float) -> None:
     assert growth(limit) == expected
+
+
+def drive_shared(lims: list[AdaptiveLimit], starts: list[float], seconds: float, capacity: int, service: float) -> int:
+    """Several workers' limiters pushing to one endpoint (the model of ``drive``), worker i from
+    ``starts[i]``; returns the most the workers together allowed in flight over the last 30 s."""
+    now, most = 0.0, 0
+    while now < seconds:
+        active = [lim for lim, start in zip(lims, starts, strict=True) if now >= start]
+        latency = service * math.ceil(sum(lim.allowed for lim in active) / capacity)
+        for lim in active:
+            allowed = lim.allowed
+            for _ in range(allowed):
+                lim.on_sample(latency, allowed, now)
+        now += latency
+        if now > seconds - 30:
+            most = max(most, sum(lim.limit for lim in lims))
+    return most
+
+
+@pytest.mark.parametrize("capacity", [4, 16])
+def test_workers_started_apart_probe_together_and_share_the_capacity(capacity: int) -> None:
+    """A worker that joins while the others keep a queue measures their queue in its first probe;
+    the next probes fall on the same wall-clock marks for all, the endpoint drains, and the limits
+    add up to about its capacity (probing each on its own, three workers reached 135 for
+    capacity 4 in this model)."""
+    lims = [AdaptiveLimit(LimiterSettings(max_limit=256)) for _ in range(3)]
+    most = drive_shared(lims, [0.0, 7.3, 14.6], 240.0, capacity, 0.02)
+    assert most <= capacity + 3, most
+    assert all(lim.baseline_s == pytest.approx(0.02) for lim in lims)
+
+
+def test_probes_start_on_the_wall_clocks_marks() -> None:
+    lim = AdaptiveLimit(LimiterSettings(probe_every_s=30.0))
+    lim.wall_offset_s = 1020.0 + 7.0  # the caller's time 0 is 7 s past a mark (1020 s)
+    for i in range(3):
+        lim.on_sample(0.01, 1, 0.01 * i)  # the learning probe
+    assert not lim.probing
+    lim.on_sample(0.01, 8, 22.9)
+    assert not lim.probing
+    lim.on_sample(0.01, 8, 23.05)  # 30 s on the wall clock
+    assert lim.probing and lim.allowed == 1

@@ -99,6 +99,12 @@ def test_the_limit_falls_on_overload_and_grows_while_busy_and_fast() -> None:
     gate.in_flight = 1
     gate.release(0.1, 1, overloaded=True)
     assert gate.limit == 11  # 16 × 0.7
+    assert gate.allowed == 1  # learning: one push at a time until the no-queue latency is known
+    for _ in range(3):
+        t += 0.01
+        gate.in_flight = 1
+        gate.release(0.010, 1, overloaded=False)
+    assert gate.allowed == gate.limit == 11
     for _ in range(200):  # steady 10 ms answers with the limit in use
         t += 0.05
         gate.in_flight = 1
@@ -115,3 +121,25 @@ def test_gates_are_per_origin_and_the_widest_subscription_bounds_them() -> None:
         "http://billing:8000",
         "https://billing:443",
     }
+
+
+def test_while_the_limiter_probes_one_push_is_in_flight_then_the_limit() -> None:
+    """Learning: pushes go one at a time until three have answered (the no-queue latency), then
+    up to the limit at once."""
+    most: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        gate = OriginGate(LimiterSettings(min_limit=1, max_limit=8, initial_limit=4), clock=loop.time)
+
+        async def push(i: int) -> None:
+            n = await gate.acquire("p")
+            most.append(gate.in_flight)
+            await asyncio.sleep(0.02)
+            gate.release(0.02, n, overloaded=False)
+
+        await asyncio.gather(*(push(i) for i in range(11)))
+        assert not gate.limiter.probing and gate.limiter.baseline_s == 0.02
+
+    run(main())
+    assert most[:3] == [1, 1, 1] and max(most[3:]) == 4
