@@ -1,6 +1,7 @@
 """Adaptive concurrency beside fixed windows, against an endpoint whose capacity changes mid-run.
 
     python3 bench/adaptive.py [--phases 8:15,32:15,4:15] [--service-ms 20] [--queue 128] [--fixed 4,16,64,256]
+                              [--workers 1] [--stagger-s 0]
 
 One broker, one topic of 4 partitions holding more records than the run can deliver, and the
 endpoint of bench/_capacity_endpoint.py: it serves C requests at once for ``--service-ms`` each,
@@ -8,6 +9,9 @@ queues ``--queue`` more and answers 503 beyond, with C following the phases (``C
 static worker (``ordering: none``, 1,000 attempts with 20–200 ms backoff, a 500 ms push timeout)
 runs the same records once per configuration: fixed windows of 4, 16, 64 and 256 in flight in
 all (``--fixed``; a quarter per partition), then ``"concurrency": {"mode": "adaptive", "min": 1, "max": 256}``.
+With ``--workers`` 2 or 4, as many static workers split the partitions and share the endpoint,
+each starting ``--stagger-s`` after the one before (each adaptive worker learns its own limit; the
+table shows their sum), and the result is saved as ``adaptive_workers``.
 
 Per configuration and phase, from what the endpoint saw: goodput (records processed for the
 first time, per second), latency from arrival to answer (p50; p99 once 5 s of the phase are
@@ -102,29 +106,45 @@ def subscription(name: str, ep: str, window: int | None) -> dict[str, Any]:
     return doc
 
 
-def run(s: Stack, ep: str, name: str, window: int | None, phases: list[Phase]) -> tuple[list[list[Any]], list[Any]]:
-    """One configuration over every phase: the endpoint's rows, and the worker's limit samples
-    ``(seconds since the endpoint's clock started, limit)``."""
+def run(
+    s: Stack, ep: str, name: str, window: int | None, phases: list[Phase], workers: int = 1, stagger_s: float = 0.0
+) -> tuple[list[list[Any]], list[Any]]:
+    """One configuration over every phase: the endpoint's rows, and the workers' limit samples
+    ``(seconds since the endpoint's clock started, sum of the limits)``."""
     post(f"{ep}/start", {"phases": [[p.capacity, p.seconds] for p in phases]})
-    w = s.worker(name, [subscription(name, ep, window)])
+    sub = subscription(name, ep, window)
+    started = time.monotonic()
+    ws: list[embedded.ServiceProcess] = []
     total = sum(p.seconds for p in phases)
     samples: list[tuple[float, int]] = []
-    deadline = time.monotonic() + total + 120
+    deadline = time.monotonic() + total + 120 + workers * stagger_s
     try:
         while time.monotonic() < deadline:
-            assert w.alive(), w.log_tail()
+            if len(ws) < workers and time.monotonic() - started >= len(ws) * stagger_s:
+                i = len(ws)
+                mine = [{"subscription": name, "topic": TOPIC, "partition": p} for p in range(i, PARTITIONS, workers)]
+                ws.append(s.worker(f"{name}-{i}", [sub], partitions=mine if workers > 1 else None))
+                continue
+            for w in ws:
+                assert w.alive(), w.log_tail()
             t0 = get(f"{ep}/figures?rows=0")["t0"]
             if t0 is not None:
                 now = time.monotonic() - t0
                 if now > total:
                     break
-                for gate in get(f"http://127.0.0.1:{w.port}/stats").get("endpoints", {}).values():
-                    samples.append((now, gate["limit"]))
+                limits = [
+                    gate["limit"]
+                    for w in ws
+                    for gate in get(f"http://127.0.0.1:{w.port}/stats").get("endpoints", {}).values()
+                ]
+                if limits:
+                    samples.append((now, sum(limits)))
             time.sleep(0.5)
         else:
             raise TimeoutError(f"{name}: the endpoint saw no request, or the phases did not end")
     finally:
-        w.stop()
+        for w in ws:
+            w.stop()
     return get(f"{ep}/figures")["rows"], samples
 
 
@@ -229,6 +249,8 @@ def main() -> None:
     ap.add_argument("--service-ms", type=float, default=20.0)
     ap.add_argument("--queue", type=int, default=128)
     ap.add_argument("--fixed", default=",".join(map(str, FIXED)), help="the fixed windows run beside adaptive")
+    ap.add_argument("--workers", type=int, default=1, choices=(1, 2, 4), help="workers sharing the endpoint")
+    ap.add_argument("--stagger-s", type=float, default=0.0, help="between one worker's start and the next's")
     a = ap.parse_args()
     phases = phases_of(a.phases)
     if any(p.seconds <= SETTLE_S for p in phases):
@@ -253,7 +275,7 @@ def main() -> None:
         every_run = []
         for window in (*fixed, None):
             label = f"fixed {window}" if window else "adaptive"
-            rows, samples = run(s, ep, f"ad-{window or 'adaptive'}", window, phases)
+            rows, samples = run(s, ep, f"ad-{window or 'adaptive'}", window, phases, a.workers, a.stagger_s)
             results[label] = judge(rows, samples, phases, service_s)
             every_run.append(rows)
             print(f"{label}: {len(rows):,} requests", flush=True)
@@ -282,7 +304,7 @@ def main() -> None:
         f"service {a.service_ms:g} ms, queue {a.queue}; p99 once 5 s of a phase are past; the endpoint's "
         f"unloaded latency {unloaded:.1f} ms (the median of the requests it served without a wait)"
     )
-    save("adaptive", command, cols, rows, note)
+    save("adaptive" if a.workers == 1 else "adaptive_workers", command, cols, rows, note)
 
 
 if __name__ == "__main__":
