@@ -304,7 +304,10 @@ def main() -> None:
         f"service {a.service_ms:g} ms, queue {a.queue}; p99 once 5 s of a phase are past; the endpoint's "
         f"unloaded latency {unloaded:.1f} ms (the median of the requests it served without a wait)"
     )
-    save("adaptive" if a.workers == 1 else "adaptive_workers", command, cols, rows, note)
+    if a.workers == 1:
+        save("adaptive", command, cols, rows, note)
+    else:
+        save("adaptive_workers", command, cols, rows, note)
 
 
 if __name__ == "__main__":
