@@ -17,8 +17,8 @@ starts at once.
 
 States of a push here: admitted at once (in flight < limit and nobody waiting) → or waiting in its
 partition's queue → admitted in turn when a push of the origin finishes and the pace allows →
-released with its latency and whether the endpoint was overloaded (429, 503, a timeout), which
-moves the limit.
+released with its latency and answer (429, 503 and a timeout are overload; a 2xx answer's latency is
+a sample), which moves the limit; or abandoned (cancelled), which only gives the place back.
 """
 
 from __future__ import annotations
@@ -92,14 +92,22 @@ class OriginGate:
             raise
         return self.in_flight
 
-    def release(self, latency_s: float, in_flight_at_send: int, overloaded: bool) -> None:
+    def release(self, latency_s: float, in_flight_at_send: int, status: int | None) -> None:
+        """A push to the origin was answered with ``status`` (None: no answer, a timeout or a refused
+        connection) after ``latency_s``. 429, 503 and no answer are overload; a 2xx answer's latency
+        is a sample; any other answer (a 500 in a millisecond, a 404) tells nothing of how long the
+        endpoint takes to serve, so it only gives the place back."""
         now = self._clock()
         self.limiter.wall_offset_s = self._wall() - now  # probes on the wall clock's marks
-        if overloaded:
+        if status is None or status in (429, 503):
             self.overloads += 1
             self.limiter.on_overload(now)
-        else:
+        elif 200 <= status < 300:
             self.limiter.on_sample(latency_s, in_flight_at_send, now)
+        self._release_place()
+
+    def abandon(self) -> None:
+        """A push ended without an answer of the endpoint's (cancelled): give its place back."""
         self._release_place()
 
     def _release_place(self) -> None:

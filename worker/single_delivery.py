@@ -115,13 +115,13 @@ class SingleDelivery:
                 result = await port.ctx.client.push(sub, record, attempt, port.ref.cluster)
             except BaseException:
                 if gate is not None:
-                    gate.release(time.monotonic() - started, at_send, overloaded=False)
+                    gate.abandon()
                 raise
             latency = time.monotonic() - started
             port.m_latency.observe(latency)
             status = result.status
             if gate is not None:
-                gate.release(latency, at_send, overloaded=status in (429, 503) or status is None)
+                gate.release(latency, at_send, status)
             if status is not None and 200 <= status < 300:
                 break
             if status is not None:

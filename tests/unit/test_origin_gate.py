@@ -23,7 +23,7 @@ def test_at_the_limit_pushes_wait_and_partitions_take_turns() -> None:
             order.append(f"{who}{i}")
             assert n <= 2
             await asyncio.sleep(1)
-            gate.release(1.0, n, overloaded=False)
+            gate.release(1.0, n, status=200)
 
         # A hot partition queues 6 pushes before a quiet one queues 2.
         tasks = [loop.create_task(push("hot", i)) for i in range(6)]
@@ -59,7 +59,7 @@ def _starts_after_four_answers_at_once(baseline_s: float) -> list[float]:
         waiters = [loop.create_task(waiter()) for _ in range(4)]
         await asyncio.sleep(0)
         for _ in range(4):
-            gate.release(baseline_s, 4, overloaded=False)
+            gate.release(baseline_s, 4, status=200)
         await asyncio.gather(*waiters)
         return [round(t - 1, 4) for t in starts]
 
@@ -86,7 +86,7 @@ def test_a_cancelled_waiter_leaves_no_hole() -> None:
         await asyncio.sleep(0)
         waiter.cancel()
         await asyncio.gather(waiter, return_exceptions=True)
-        gate.release(0.01, 1, overloaded=False)
+        gate.release(0.01, 1, status=200)
         return gate.in_flight + gate.waiting
 
     assert run(main()) == 0
@@ -97,18 +97,18 @@ def test_the_limit_falls_on_overload_and_grows_while_busy_and_fast() -> None:
     t = 0.0
     gate._clock = lambda: t
     gate.in_flight = 1
-    gate.release(0.1, 1, overloaded=True)
+    gate.release(0.1, 1, status=503)
     assert gate.limit == 11  # 16 × 0.7
     assert gate.allowed == 1  # learning: one push at a time until the no-queue latency is known
     for _ in range(3):
         t += 0.01
         gate.in_flight = 1
-        gate.release(0.010, 1, overloaded=False)
+        gate.release(0.010, 1, status=200)
     assert gate.allowed == gate.limit == 11
     for _ in range(200):  # steady 10 ms answers with the limit in use
         t += 0.05
         gate.in_flight = 1
-        gate.release(0.010, gate.limit, overloaded=False)
+        gate.release(0.010, gate.limit, status=200)
     assert gate.limit > 11
 
 
@@ -136,10 +136,36 @@ def test_while_the_limiter_probes_one_push_is_in_flight_then_the_limit() -> None
             n = await gate.acquire("p")
             most.append(gate.in_flight)
             await asyncio.sleep(0.02)
-            gate.release(0.02, n, overloaded=False)
+            gate.release(0.02, n, status=200)
 
         await asyncio.gather(*(push(i) for i in range(11)))
         assert not gate.limiter.probing and gate.limiter.baseline_s == 0.02
 
     run(main())
     assert most[:3] == [1, 1, 1] and max(most[3:]) == 4
+
+
+def test_only_a_2xx_answer_is_a_latency_sample() -> None:
+    """A 500 in a millisecond or a 404 says nothing of how long the endpoint takes to serve: taken
+    as a sample, it would become the no-queue latency and every real answer would read as a queue."""
+    gate = OriginGate(LimiterSettings(min_limit=1, max_limit=64, initial_limit=16))
+    t = 0.0
+    gate._clock = lambda: t
+    for status in (500, 404, 500, 502):
+        t += 0.01
+        gate.in_flight = 1
+        gate.release(0.001, 1, status=status)
+    assert gate.limiter.baseline_s is None and gate.limiter.probing and gate.overloads == 0 and gate.in_flight == 0
+    for status in (None, 429, 503):  # no answer and the overload answers cut the limit
+        t += 0.3
+        gate.in_flight = 1
+        gate.release(0.5, 1, status=status)
+    assert gate.overloads == 3 and gate.limit == 5  # 16 × 0.7³
+    for _ in range(3):
+        t += 0.02
+        gate.in_flight = 1
+        gate.release(0.02, 1, status=204)
+    assert gate.limiter.baseline_s == 0.02 and not gate.limiter.probing
+    gate.in_flight = 1
+    gate.abandon()
+    assert gate.in_flight == 0
