@@ -127,10 +127,20 @@ class BatchDelivery:
             else:  # every record's first push (the common case): no per-record Python loop
                 pushes = [1] * len(records)
             body = encode_batch(self._encoder, records, pushes)
+            conc = runner.sub.concurrency
+            gate = None if conc is None else ctx.gates.for_endpoint(runner.sub.endpoint.url, conc.min, conc.max)
+            at_send = await gate.acquire(runner.ref) if gate is not None else 0
             started = time.monotonic()
-            result = await ctx.client.push_batch(runner.sub, body, MAX_ANSWER_BYTES)
-            observe_latency(runner, started)
+            try:
+                result = await ctx.client.push_batch(runner.sub, body, MAX_ANSWER_BYTES)
+            except BaseException:
+                if gate is not None:
+                    gate.abandon()
+                raise
+            latency = observe_latency(runner, started)
             status = result.status
+            if gate is not None:
+                gate.release(latency, at_send, status)
             if status is not None and 200 <= status < 300 and not result.body.lstrip().startswith(b"{"):
                 # The common case (interpret() agrees).
                 if top:

@@ -6,6 +6,7 @@ latency visible in the worker's stats and metrics."""
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 import threading
 from collections.abc import Iterator
@@ -71,7 +72,13 @@ def limited() -> Iterator[Limited]:
         yield e
 
 
-def run_one(tmp_path: Path, bootstrap: str, e: Limited, concurrency: dict[str, Any] | None) -> tuple[int, str]:
+def run_one(
+    tmp_path: Path,
+    bootstrap: str,
+    e: Limited,
+    concurrency: dict[str, Any] | None,
+    batch: dict[str, Any] | None = None,
+) -> tuple[int, str]:
     topic = f"adaptive-{secrets.token_hex(3)}"
     create_topic(bootstrap, topic, 4)
     produce(bootstrap, topic, ((None, f"v{i}".encode(), i % 4) for i in range(N)))
@@ -85,6 +92,8 @@ def run_one(tmp_path: Path, bootstrap: str, e: Limited, concurrency: dict[str, A
     }
     if concurrency:
         sub["concurrency"] = concurrency
+    if batch:
+        sub["batch"] = batch
     w = static_worker(tmp_path, f"w-{secrets.token_hex(2)}", bootstrap, f"__offsets-{topic}", [sub]).start()
     try:
         w.wait_ready(30)
@@ -105,3 +114,32 @@ def test_adaptive_limit_learns_the_endpoint(tmp_path: Path, kafka_bootstrap: str
     assert adaptive_refused * 3 < fixed_refused, (adaptive_refused, fixed_refused)
     assert "ferry_endpoint_concurrency_limit" in metrics and "ferry_endpoint_no_queue_latency_seconds" in metrics
     print(f"503s: fixed 64 = {fixed_refused}, adaptive = {adaptive_refused}")
+
+
+class LimitedBatches(Limited):
+    """The same endpoint taking batch pushes: it counts the events inside each accepted batch."""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        if self.busy >= CAPACITY:
+            self.refused += 1
+            return web.Response(status=503)
+        self.busy += 1
+        try:
+            await asyncio.sleep(0.02)
+        finally:
+            self.busy -= 1
+        self.ok.update(e["id"].encode() for e in json.loads(body))
+        return web.Response(status=200)
+
+
+def test_batch_push_shares_the_adaptive_limit(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """Batch push goes through the same gate: each batch POST is one push in flight there."""
+    refused = {}
+    for label, concurrency in (("fixed", None), ("adaptive", {"mode": "adaptive", "min": 1, "max": 64})):
+        with LimitedBatches() as e:
+            refused[label], _ = run_one(tmp_path, kafka_bootstrap, e, concurrency, batch={"max_records": 5})
+            assert len(e.ok) == N
+    assert refused["fixed"] > 0
+    assert refused["adaptive"] * 3 < refused["fixed"], refused
+    print(f"batch 503s: {refused}")
