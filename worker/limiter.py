@@ -65,7 +65,7 @@ class AdaptiveLimit:
     _busy: bool = False
     _interval_start: float | None = None
     _baseline: float | None = None
-    _probe_start: float | None = None  # None: not probing (set at the first sample while learning)
+    _probe_start: float | None = None  # when the probe began (learning: at the first answer)
     _probing: bool = True
     _probe_samples: list[float] = field(default_factory=list)
     _last_probe: float | None = None
@@ -100,8 +100,8 @@ class AdaptiveLimit:
         return self._baseline
 
     def on_sample(self, latency_s: float, in_flight: int, now: float) -> None:
-        """A push answered (any answer that is not overload) after ``latency_s``, with ``in_flight``
-        pushes outstanding when it was sent (itself included)."""
+        """A push was answered with a 2xx after ``latency_s``, with ``in_flight`` pushes outstanding
+        when it was sent (itself included)."""
         if self._probing:
             self._probe(latency_s, in_flight, now)
             return
