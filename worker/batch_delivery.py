@@ -127,8 +127,7 @@ class BatchDelivery:
             else:  # every record's first push (the common case): no per-record Python loop
                 pushes = [1] * len(records)
             body = encode_batch(self._encoder, records, pushes)
-            conc = runner.sub.concurrency
-            gate = None if conc is None else ctx.gates.for_endpoint(runner.sub.endpoint.url, conc.min, conc.max)
+            gate = ctx.gates.for_subscription(runner.sub)
             at_send = await gate.acquire(runner.ref) if gate is not None else 0
             started = time.monotonic()
             try:

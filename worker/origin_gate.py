@@ -30,6 +30,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 from urllib.parse import urlsplit
 
+from ferry.subscription import Subscription
 from ferry.worker.limiter import AdaptiveLimit, LimiterSettings
 
 PACE_MIN_S = 0.0002
@@ -171,6 +172,11 @@ class Gates:
     def __init__(self, on_new: Callable[[str, OriginGate], None] | None = None) -> None:
         self._gates: dict[str, OriginGate] = {}
         self._on_new = on_new
+
+    def for_subscription(self, sub: Subscription) -> OriginGate | None:
+        """The gate of ``sub``'s endpoint origin; None unless its concurrency is adaptive."""
+        conc = sub.concurrency
+        return None if conc is None else self.for_endpoint(sub.endpoint.url, conc.min, conc.max)
 
     def for_endpoint(self, url: str, min_limit: int, max_limit: int) -> OriginGate:
         key = origin(url)

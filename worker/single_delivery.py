@@ -107,8 +107,7 @@ class SingleDelivery:
             live[offset] = ("in_flight", attempt, last_status, last_error, None)
             if attempt > 1:
                 count_again(port, 1)
-            conc = sub.concurrency
-            gate = None if conc is None else port.ctx.gates.for_endpoint(sub.endpoint.url, conc.min, conc.max)
+            gate = port.ctx.gates.for_subscription(sub)
             at_send = await gate.acquire(port.ref) if gate is not None else 0
             started = time.monotonic()
             try:
