@@ -11,13 +11,16 @@ The model (gradient, as in Netflix's Gradient2, with the no-queue latency measur
 - *no-queue latency*: measured in a *probe*, at the start and then at every multiple of
   ``probe_every_s`` on the wall clock: the pushes allowed in flight drop to ``min_limit`` until
   ``probe_samples`` pushes sent that way have answered (or one has, after ``interval_s``), and the
-  lowest of their latencies is the no-queue latency until the next probe (a lower latency seen
-  meanwhile lowers it). Latencies seen while the limit is in use cannot tell it: once the limiter
-  keeps a queue, every push waits in it, so their minimum would rise with the queue, the limit
-  with it, and so on without end. On the wall clock's marks, every worker pushing to the endpoint
-  probes at once, so its queue really drains (a worker probing alone would measure the others'
-  queue). A probe costs one drain of the endpoint's queue and a few pushes at ``min_limit``; the
-  other pushes wait for it in the worker, nothing is refused;
+  lowest latency of their 2xx answers is the no-queue latency until the next probe (a lower latency
+  seen meanwhile lowers it). A probe whose pushes all failed (error statuses, timeouts) keeps the
+  no-queue latency it had, so an endpoint answering only errors is not held at ``min_limit``, which
+  would slow its records' way to the dead-letter topic (while learning, the limit stays at
+  ``initial_limit``, unadjusted, until a probe at a later mark sees a 2xx). Latencies seen while the
+  limit is in use cannot tell it: once the limiter keeps a queue, every push waits in it, so their
+  minimum would rise with the queue, the limit with it, and so on without end. On the wall clock's
+  marks, every worker pushing to the endpoint probes at once, so its queue really drains (a worker
+  probing alone would measure the others' queue). A probe costs one drain of the endpoint's queue
+  and a few pushes at ``min_limit``; the other pushes wait for it in the worker, nothing is refused;
 - every ``interval_s`` with samples, outside probes:
   ``gradient = clamp(tolerance × no-queue latency / median, 0.5, 1)``;
   ``limit ← limit × gradient + growth`` when the endpoint was the bottleneck (in flight reached
@@ -53,7 +56,7 @@ class LimiterSettings:
     smoothing: float = 0.5  # weight of the new value
     backoff_ratio: float = 0.7  # overload: limit × 0.7
     probe_every_s: float = 30.0  # the no-queue latency is measured again at these wall-clock marks
-    probe_samples: int = 3  # pushes at min_limit that end a probe (or one, after interval_s)
+    probe_samples: int = 3  # answers at min_limit that end a probe (or one, after interval_s)
     busy_fraction: float = 0.8  # grow only when in flight reached 80 % of the limit
 
 
@@ -68,6 +71,7 @@ class AdaptiveLimit:
     _probe_start: float | None = None  # when the probe began (learning: at the first answer)
     _probing: bool = True
     _probe_samples: list[float] = field(default_factory=list)
+    _probe_answers: int = 0  # answers to pushes sent during the probe, 2xx or not
     _last_probe: float | None = None
     wall_offset_s: float = 0.0  # the wall clock minus the time passed in
     _last_cut: float | None = None
@@ -96,7 +100,7 @@ class AdaptiveLimit:
 
     @property
     def baseline_s(self) -> float | None:
-        """The no-queue latency, None while learning."""
+        """The no-queue latency, None until a probe has seen a 2xx answer."""
         return self._baseline
 
     def on_sample(self, latency_s: float, in_flight: int, now: float) -> None:
@@ -114,6 +118,12 @@ class AdaptiveLimit:
         self._samples.append(latency_s)
         if in_flight >= self.settings.busy_fraction * self.limit:
             self._busy = True
+
+    def on_error(self, in_flight: int, now: float) -> None:
+        """A push ended without a sample (an error status, a timeout, a refused connection), with
+        ``in_flight`` pushes outstanding when it was sent: while probing, it is one of the answers."""
+        if self._probing:
+            self._probe(None, in_flight, now)
 
     def on_overload(self, now: float) -> None:
         """The endpoint said it is overloaded (429/503) or a push timed out."""
@@ -134,19 +144,23 @@ class AdaptiveLimit:
         if self.settings.min_limit == self.settings.max_limit:
             self._last_probe = now  # nothing to adapt: no probe
             return
-        self._probing, self._probe_start, self._probe_samples = True, now, []
+        self._probing, self._probe_start, self._probe_samples, self._probe_answers = True, now, [], 0
 
-    def _probe(self, latency_s: float, in_flight: int, now: float) -> None:
+    def _probe(self, latency_s: float | None, in_flight: int, now: float) -> None:
+        """One answer while probing: a 2xx answer's latency, or None for an error."""
         s = self.settings
         if self._probe_start is None:
             self._probe_start = now  # learning starts with the first answer
         if in_flight > s.min_limit:
             return  # sent before the probe, behind a queue of the worker's own
-        self._probe_samples.append(latency_s)
-        enough = len(self._probe_samples) >= s.probe_samples
+        self._probe_answers += 1
+        if latency_s is not None:
+            self._probe_samples.append(latency_s)
+        enough = self._probe_answers >= s.probe_samples
         if not enough and now - self._probe_start < s.interval_s:
             return
-        self._baseline = min(self._probe_samples)
+        if self._probe_samples:
+            self._baseline = min(self._probe_samples)
         self._probing, self._last_probe = False, now
         self._samples, self._busy, self._interval_start = [], False, now
 

@@ -97,14 +97,16 @@ class OriginGate:
         """A push to the origin was answered with ``status`` (None: no answer, a timeout or a refused
         connection) after ``latency_s``. 429, 503 and no answer are overload; a 2xx answer's latency
         is a sample; any other answer (a 500 in a millisecond, a 404) tells nothing of how long the
-        endpoint takes to serve, so it only gives the place back."""
+        endpoint takes to serve, so it only gives the place back (and ends a probe as an answer)."""
         now = self._clock()
         self.limiter.wall_offset_s = self._wall() - now  # probes on the wall clock's marks
-        if status is None or status in (429, 503):
-            self.overloads += 1
-            self.limiter.on_overload(now)
-        elif 200 <= status < 300:
+        if status is not None and 200 <= status < 300:
             self.limiter.on_sample(latency_s, in_flight_at_send, now)
+        else:
+            if status is None or status in (429, 503):
+                self.overloads += 1
+                self.limiter.on_overload(now)
+            self.limiter.on_error(in_flight_at_send, now)
         self._release_place()
 
     def abandon(self) -> None:

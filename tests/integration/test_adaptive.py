@@ -136,3 +136,54 @@ def test_batch_push_shares_the_adaptive_limit(tmp_path: Path, kafka_bootstrap: s
     assert refused["fixed"] > 0
     assert refused["adaptive"] * 3 < refused["fixed"], refused
     print(f"batch 503s: {refused}")
+
+
+class Refusing(Limited):
+    """An endpoint that answers 422 to everything, after 10 ms: it counts pushes and the most it
+    had in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+        self.peak = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        self.busy += 1
+        self.peak = max(self.peak, self.busy)
+        try:
+            await asyncio.sleep(0.01)
+        finally:
+            self.busy -= 1
+        self.seen += 1
+        return web.Response(status=422)
+
+
+def test_an_endpoint_answering_only_errors_is_not_held_at_one_push(tmp_path: Path, kafka_bootstrap: str) -> None:
+    """No 2xx answer, so no no-queue latency to learn: the errors still end the probe, and the
+    records go to the dead-letter topic at the starting limit, not one at a time."""
+    n = 400
+    topic = f"refusing-{secrets.token_hex(3)}"
+    create_topic(kafka_bootstrap, topic, 4)
+    produce(kafka_bootstrap, topic, ((None, f"v{i}".encode(), i % 4) for i in range(n)))
+    with Refusing() as e:
+        sub = {
+            "name": "rf",
+            "topics": [topic],
+            "endpoint": {"url": f"http://127.0.0.1:{e.port}/hook"},
+            "ordering": "none",
+            "max_in_flight": 64,
+            "concurrency": {"mode": "adaptive", "min": 1, "max": 64},
+        }
+        w = static_worker(tmp_path, "w-refusing", kafka_bootstrap, f"__offsets-{topic}", [sub]).start()
+        try:
+            w.wait_ready(30)
+            until(lambda: e.seen >= n, timeout_s=60, what=f"{n} records refused by the endpoint")
+            until(
+                lambda: sum(p["dead_lettered"] for p in w.stats()) == n,
+                timeout_s=30,
+                what=f"{n} records dead-lettered",
+            )
+        finally:
+            w.stop()
+    assert e.peak >= 4, f"at most {e.peak} push(es) in flight at once"

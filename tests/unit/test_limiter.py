@@ -101,6 +101,57 @@ def test_a_slow_probe_ends_after_one_answer_and_an_interval() -> None:
     assert not lim.probing and lim.baseline_s == 1.0
 
 
+Answer = float | None | tuple[float | None, int]  # a latency (None: an error), with its in-flight count
+
+
+@pytest.mark.parametrize(
+    ("name", "answers", "probing", "baseline"),
+    [
+        ("three errors end the probe", [None, None, None], False, None),
+        ("two errors do not, within an interval", [None, None], True, None),
+        ("a 2xx among errors is the no-queue latency", [None, 0.03, None], False, 0.03),
+        ("errors of pushes sent before the probe do not count", [(None, 8), (None, 8), (None, 8)], True, None),
+    ],
+)
+def test_errors_answer_a_probe(name: str, answers: list[Answer], probing: bool, baseline: float | None) -> None:
+    lim = AdaptiveLimit(LimiterSettings(initial_limit=8, interval_s=0.25))
+    for i, answer in enumerate(answers):
+        latency, in_flight = answer if isinstance(answer, tuple) else (answer, 1)
+        if latency is None:
+            lim.on_error(in_flight, i * 0.01)
+        else:
+            lim.on_sample(latency, in_flight, i * 0.01)
+    assert (lim.probing, lim.baseline_s) == (probing, baseline), name
+    assert lim.allowed == (1 if probing else 8), name
+
+
+def test_an_endpoint_answering_only_errors_is_not_held_at_the_minimum() -> None:
+    """Learning failed: the limit stays where it started; a later probe's 2xx answers teach it."""
+    lim = AdaptiveLimit(LimiterSettings(initial_limit=8, probe_every_s=30.0, interval_s=0.25))
+    lim.on_error(1, 0.0)
+    lim.on_error(1, 0.3)  # one answer after an interval ends a probe
+    assert not lim.probing and lim.allowed == 8 and lim.baseline_s is None
+    for t in range(1, 29):  # 2xx answers at the limit, no no-queue latency: no adjustment
+        lim.on_sample(0.5, 8, float(t))
+    assert lim.limit == 8 and lim.baseline_s is None
+    lim.on_sample(0.5, 8, 30.1)  # the mark: a probe
+    assert lim.probing
+    for t in (30.2, 30.3, 30.4):
+        lim.on_sample(0.02, 1, t)
+    assert not lim.probing and lim.baseline_s == 0.02
+
+
+def test_a_failed_probe_keeps_the_no_queue_latency_it_had() -> None:
+    lim = AdaptiveLimit(LimiterSettings(probe_every_s=30.0, max_limit=256))
+    drive(lim, [(31, 16, 0.01)])  # learnt, then probed again at 30 s
+    baseline, limit = lim.baseline_s, lim.limit
+    lim.on_sample(0.01, 1, 60.5)  # the next mark
+    assert lim.probing
+    for t in (60.6, 60.7, 60.8):
+        lim.on_error(1, t)
+    assert not lim.probing and lim.baseline_s == baseline and lim.limit == limit
+
+
 def test_the_no_queue_latency_is_probed_again_and_the_limit_kept() -> None:
     lim = AdaptiveLimit(LimiterSettings(probe_every_s=30.0, max_limit=256))
     trace = drive(lim, [(29, 16, 0.01)])

@@ -148,20 +148,24 @@ def test_while_the_limiter_probes_one_push_is_in_flight_then_the_limit() -> None
 def test_only_a_2xx_answer_is_a_latency_sample() -> None:
     """A 500 in a millisecond or a 404 says nothing of how long the endpoint takes to serve: taken
     as a sample, it would become the no-queue latency and every real answer would read as a queue."""
-    gate = OriginGate(LimiterSettings(min_limit=1, max_limit=64, initial_limit=16))
+    gate = OriginGate(LimiterSettings(min_limit=1, max_limit=64, initial_limit=16, probe_every_s=30.0))
     t = 0.0
-    gate._clock = lambda: t
-    for status in (500, 404, 500, 502):
+    gate._clock = gate._wall = lambda: t
+    for status in (500, 404, 500):
         t += 0.01
         gate.in_flight = 1
         gate.release(0.001, 1, status=status)
-    assert gate.limiter.baseline_s is None and gate.limiter.probing and gate.overloads == 0 and gate.in_flight == 0
+    # three answers end the learning probe, but none was a sample: no no-queue latency, and the
+    # endpoint is not held at one push in flight
+    assert gate.limiter.baseline_s is None and not gate.limiter.probing and gate.allowed == 16
+    assert gate.overloads == 0 and gate.in_flight == 0
     for status in (None, 429, 503):  # no answer and the overload answers cut the limit
         t += 0.3
         gate.in_flight = 1
         gate.release(0.5, 1, status=status)
     assert gate.overloads == 3 and gate.limit == 5  # 16 × 0.7³
-    for _ in range(3):
+    t = 30.0  # the next mark: 2xx answers start a probe and end it
+    for _ in range(4):
         t += 0.02
         gate.in_flight = 1
         gate.release(0.02, 1, status=204)
