@@ -13,7 +13,7 @@ from typing import Any
 
 from ferry.client import plan as planner
 from ferry.client.api import EXIT_OK, EXIT_USAGE, Client, ClientError, Profile
-from ferry.client.output import render, table
+from ferry.client.output import concurrency_table, render, table
 from ferry.errors import ValidationError
 
 PRODUCE_BATCH = 500
@@ -130,6 +130,11 @@ def subscriptions(c: Client, args: argparse.Namespace) -> int:
         st = c.call("GET", base + "/status")
         cols = ["topic", "partition", "worker", "committed", "high_watermark", "lag", "in_flight", "dead_lettered"]
         print(render(st, args.output, cols, st["partitions"]))
+        if args.output == "table":
+            if st.get("concurrency"):
+                print("\n" + concurrency_table(st["concurrency"]))
+            for warning in st.get("warnings", []):
+                print(f"warning: {warning}", file=sys.stderr)
     elif args.action in ("pause", "resume"):
         doc = c.call("POST", f"{base}/{args.action}")
         print(render(doc, args.output) if args.output != "table" else f"{name}: {doc['state']}")

@@ -29,6 +29,18 @@ def table(columns: Sequence[str], rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join([head.rstrip(), *body])
 
 
+def concurrency_table(conc: dict[str, Any]) -> str:
+    """A status's adaptive concurrency (docs/delivery.md): a heading line, then each worker's
+    limit toward the endpoint's origin."""
+    head = f"concurrency: {conc['mode']} {conc['min']}-{conc['max']} toward {conc['origin']}"
+    workers = conc.get("workers") or {}
+    if not workers:
+        return head + " (no worker pushes there yet)"
+    cols = ["worker", "limit", "probing", "in_flight", "waiting", "no_queue_latency_ms", "overloads"]
+    rows = [{"worker": wid, **doc} for wid, doc in sorted(workers.items())]
+    return head + "\n" + table(cols, rows)
+
+
 def _cell(v: Any) -> str:
     if v is None:
         return "-"

@@ -48,7 +48,9 @@ def test_the_operator_cli(tmp_path: Path, endpoint: EndpointRecorder) -> None:
 
         subs = tmp_path / "subs"
         subs.mkdir()
-        (subs / "a.yaml").write_text(f"name: cli-a\ntopics: [{topic}]\nendpoint: {{url: {endpoint.url}}}\n")
+        (subs / "a.yaml").write_text(
+            f"name: cli-a\ntopics: [{topic}]\nendpoint: {{url: {endpoint.url}}}\nconcurrency: {{mode: adaptive}}\n"
+        )
         (subs / "b.json").write_text(
             json.dumps({"name": "cli-b", "topics": [topic], "endpoint": {"url": endpoint.url}})
         )
@@ -75,8 +77,20 @@ def test_the_operator_cli(tmp_path: Path, endpoint: EndpointRecorder) -> None:
         assert ferry("subscriptions", "resume", "cli-a").stdout.strip() == "cli-a: active"
         status = ferry("subscriptions", "status", "cli-a")
         assert status.returncode == 0 and "COMMITTED" in status.stdout
+
+        # below the partitions, the adaptive limit of each worker pushing to the endpoint
+        def with_limit() -> subprocess.CompletedProcess[str] | None:
+            st = ferry("subscriptions", "status", "cli-a")
+            return st if "\nworker-1 " in st.stdout else None
+
+        status = until(with_limit, timeout_s=30, what="the worker's adaptive limit in the status")
+        assert "concurrency: adaptive 1-100 toward http://" in status.stdout, status.stdout
         traced = json.loads(ferry("trace", f"{topic}/0/0", "-s", "cli-a", "-o", "json").stdout)
         assert traced["state"] in ("delivered", "not_in_log")
         assert ferry("subscriptions", "get", "nope").returncode == 3
         assert ferry("dead-letters", "list", "cli-a").returncode == 0
         assert ferry("trace", "no-slashes", "-s", "cli-a").returncode == 2
+        (subs / "c.yaml").write_text(f"name: cli-c\ntopics: [missing-{topic}]\nendpoint: {{url: {endpoint.url}}}\n")
+        assert ferry("apply", "-f", str(subs / "c.yaml")).returncode == 0
+        status = ferry("subscriptions", "status", "cli-c")
+        assert status.returncode == 0 and f"warning: topic 'missing-{topic}' does not exist (yet)" in status.stderr
