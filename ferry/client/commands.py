@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 from ferry.client import plan as planner
@@ -17,6 +18,32 @@ from ferry.client.output import concurrency_table, render, table
 from ferry.errors import ValidationError
 
 PRODUCE_BATCH = 500
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(text: str) -> int:
+    """``500ms``, ``30s``, ``5m``, ``2h``, ``1d`` or a bare number of milliseconds, as milliseconds."""
+    t = text.strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if t.endswith(u)), "")
+    number = t[: len(t) - len(unit)] if unit else t
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise ValidationError("--delay", f"{text!r} is not a duration: give e.g. 500ms, 30s, 5m, 2h or 1d")
+    return max(1, round(value * _UNITS_MS[unit or "ms"]))
+
+
+def headers_of(pairs: list[str]) -> dict[str, str]:
+    """``NAME=VALUE`` arguments as record headers."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ValidationError("--header", f"{pair!r} is not NAME=VALUE")
+        out[name] = value
+    return out
 
 
 def add_parsers(sub: Any) -> None:
@@ -47,6 +74,10 @@ def add_parsers(sub: Any) -> None:
     produce = sub.add_parser("produce", help="write lines from stdin to a topic through the gateway")
     produce.add_argument("topic")
     produce.add_argument("--key-sep", help="split each line into key and value at the first SEP")
+    produce.add_argument("--delay", help="deliver each record after this long: 500ms, 30s, 5m, 2h, 1d (docs/delay.md)")
+    produce.add_argument(
+        "--header", action="append", default=[], metavar="NAME=VALUE", help="a header on every record (repeatable)"
+    )
     produce.add_argument("--gateway-url", help="the gateway's URL (default: from login or FERRY_GATEWAY_URL)")
     _output(produce)
 
@@ -194,12 +225,17 @@ def dead_letters(c: Client, args: argparse.Namespace) -> int:
 
 
 def produce(c: Client, args: argparse.Namespace) -> int:
-    written = failed = 0
+    written = scheduled = failed = 0
     batch: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
+    extra: dict[str, Any] = {}
+    if args.delay:
+        extra["delay_ms"] = duration_ms(args.delay)
+    if args.header:
+        extra["headers"] = headers_of(args.header)
 
     def flush() -> None:
-        nonlocal written, failed
+        nonlocal written, scheduled, failed
         if not batch:
             return
         doc = c.call("POST", f"/api/v1/topics/{args.topic}/records", body={"records": batch}, gateway=True)
@@ -207,6 +243,8 @@ def produce(c: Client, args: argparse.Namespace) -> int:
             results.append(r)
             if "error" in r:
                 failed += 1
+            elif r.get("scheduled"):
+                scheduled += 1
             else:
                 written += 1
         batch.clear()
@@ -215,17 +253,30 @@ def produce(c: Client, args: argparse.Namespace) -> int:
         line = line.rstrip("\n")
         if args.key_sep and args.key_sep in line:
             key, value = line.split(args.key_sep, 1)
-            batch.append({"key": key, "value": value})
+            batch.append({"key": key, "value": value, **extra})
         else:
-            batch.append({"value": line})
+            batch.append({"value": line, **extra})
         if len(batch) >= PRODUCE_BATCH:
             flush()
     flush()
     if args.output != "table":
-        print(render({"written": written, "failed": failed, "results": results}, args.output))
+        print(render({"written": written, "scheduled": scheduled, "failed": failed, "results": results}, args.output))
     else:
-        print(f"{written} written to {args.topic}" + (f", {failed} refused" if failed else ""))
+        done = [f"{written} written to {args.topic}"] if written or not scheduled else []
+        if scheduled:
+            due = max(r["deliver_at"] for r in results if r.get("scheduled"))
+            done.append(f"{scheduled} scheduled for {args.topic} (the last due at {_iso(due)})")
+        print(", ".join(done) + (f", {failed} refused" if failed else ""))
+        refused = [(i, r) for i, r in enumerate(results, 1) if "error" in r]
+        for i, r in refused[:10]:
+            print(f"line {i}: {r['error']}", file=sys.stderr)
+        if len(refused) > 10:
+            print(f"... and {len(refused) - 10} more (every answer: -o json)", file=sys.stderr)
     return EXIT_OK if not failed else 1
+
+
+def _iso(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def trace(c: Client, args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import secrets
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,15 @@ def test_the_operator_cli(tmp_path: Path, endpoint: EndpointRecorder) -> None:
         assert produced.returncode == 0 and "3 written" in produced.stdout, produced.stderr
         until(lambda: len({r.body for r in endpoint.received}) >= 3, timeout_s=60, what="the produced lines pushed")
         assert {r.body for r in endpoint.received} == {b"hello", b"world", b"plain"}
+        sent_at = time.time()
+        later = ferry("produce", topic, "--delay", "1500ms", "--header", "origin=cli", stdin="later\n")
+        assert later.returncode == 0 and "1 scheduled for" in later.stdout, later.stdout + later.stderr
+        got = endpoint.wait_for(lambda rs: any(r.body == b"later" for r in rs), timeout_s=60, what="the delayed line")
+        (late,) = [r for r in got if r.body == b"later"]
+        assert late.at >= sent_at + 1.5 and late.headers.get("origin") == "cli"
+        refused = ferry("produce", topic, "--delay", "100d", stdin="too far\n")
+        assert refused.returncode == 1 and "1 refused" in refused.stdout and "line 1: " in refused.stderr
+        assert ferry("produce", topic, "--delay", "soon", stdin="x\n").returncode == 2
 
         assert ferry("subscriptions", "pause", "cli-a").stdout.strip() == "cli-a: paused"
         assert ferry("subscriptions", "resume", "cli-a").stdout.strip() == "cli-a: active"

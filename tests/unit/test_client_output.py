@@ -1,8 +1,13 @@
-"""How `ferry subscriptions status` prints a subscription's adaptive concurrency."""
+"""What the client commands print and parse: the adaptive limits below a status, and
+`ferry produce`'s `--delay` and `--header`."""
 
 from __future__ import annotations
 
+import pytest
+
+from ferry.client.commands import duration_ms, headers_of
 from ferry.client.output import concurrency_table
+from ferry.errors import ValidationError
 
 CONC = {"mode": "adaptive", "min": 1, "max": 32, "origin": "http://svc:8080"}
 
@@ -38,3 +43,33 @@ def test_no_worker_pushing_there_yet_says_so() -> None:
     assert concurrency_table({**CONC, "workers": {}}) == (
         "concurrency: adaptive 1-32 toward http://svc:8080 (no worker pushes there yet)"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("500ms", 500),
+        ("30s", 30_000),
+        ("1.5s", 1_500),
+        ("5m", 300_000),
+        ("2h", 7_200_000),
+        ("1d", 86_400_000),
+        ("250", 250),
+        (" 10S ", 10_000),
+        ("0.1ms", 1),
+    ],
+)
+def test_durations(text: str, ms: int) -> None:
+    assert duration_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["soon", "", "0s", "-5s", "5w", "inf", "nan", "1e400s", "s"])
+def test_a_bad_duration_says_what_to_give(text: str) -> None:
+    with pytest.raises(ValidationError, match=r"give e\.g\. 500ms, 30s"):
+        duration_ms(text)
+
+
+def test_headers_are_name_equals_value() -> None:
+    assert headers_of(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+    with pytest.raises(ValidationError, match="not NAME=VALUE"):
+        headers_of(["=v"])
