@@ -24,7 +24,7 @@ from collections.abc import Callable
 from ferry import log
 from ferry.subscription import Subscription
 from ferry.worker import durable_retry
-from ferry.worker.delivery import DeliveryPort, count_again, leased
+from ferry.worker.delivery import DeliveryPort, count_again, leased, observe_latency
 from ferry.worker.producer import ProduceFailed
 from ferry.worker.push import Record
 from ferry.worker.retry import parse_retry_after
@@ -116,8 +116,7 @@ class SingleDelivery:
                 if gate is not None:
                     gate.abandon()
                 raise
-            latency = time.monotonic() - started
-            port.m_latency.observe(latency)
+            latency = observe_latency(port, started)
             status = result.status
             if gate is not None:
                 gate.release(latency, at_send, status)
