@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-CLIENT_COMMANDS = ("login", "subscriptions", "apply", "dead-letters", "produce", "trace")
+CLIENT_COMMANDS = ("login", "subscriptions", "apply", "dead-letters", "produce", "trace", "delays", "transactions")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -11,6 +11,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from ferry.client import plan as planner
 from ferry.client.api import EXIT_OK, EXIT_USAGE, Client, ClientError, Profile
@@ -81,6 +82,15 @@ def add_parsers(sub: Any) -> None:
     produce.add_argument("--gateway-url", help="the gateway's URL (default: from login or FERRY_GATEWAY_URL)")
     _output(produce)
 
+    delays = sub.add_parser("delays", help="the delay store: records scheduled, the next one due, lateness")
+    _output(delays)
+
+    txn = sub.add_parser("transactions", help="the prepared transactions; commit or roll back one in doubt")
+    txn.add_argument("action", choices=["list", "get", "commit", "rollback"])
+    txn.add_argument("id", nargs="?", help="the id the gateway answered when the transaction was prepared")
+    txn.add_argument("--gateway-url", help="the gateway's URL (default: from login or FERRY_GATEWAY_URL)")
+    _output(txn)
+
     trace = sub.add_parser("trace", help="where is a record: TOPIC/PARTITION/OFFSET of a subscription")
     trace.add_argument("record", help="TOPIC/PARTITION/OFFSET")
     trace.add_argument("--subscription", "-s", required=True)
@@ -104,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
                 "dead-letters": dead_letters,
                 "produce": produce,
                 "trace": trace,
+                "delays": delays,
+                "transactions": transactions,
             }[args.command](client, args)
         finally:
             client.close()
@@ -290,4 +302,58 @@ def trace(c: Client, args: argparse.Namespace) -> int:
         print(table(["field", "value"], [{"field": k, "value": v} for k, v in doc.items()]))
     else:
         print(render(doc, args.output))
+    return EXIT_OK
+
+
+def delays(c: Client, args: argparse.Namespace) -> int:
+    doc = c.call("GET", "/api/v1/delays")
+    if args.output != "table":
+        print(render(doc, args.output))
+        return EXIT_OK
+    due = doc.get("next_due")
+    row = {**doc, "next_due": None if due is None else _iso(due)}
+    print(table(["scheduled", "next_due", "late_p99_ms"], [row]))
+    return EXIT_OK
+
+
+def transactions(c: Client, args: argparse.Namespace) -> int:
+    """``get`` a transaction's state, or ``commit`` / ``rollback`` it by hand (one whose back-check
+    endpoint cannot answer, docs/transactions.md)."""
+    if args.action == "list":
+        return _prepared(c, args)
+    if not args.id:
+        raise ValidationError("id", f"transactions {args.action} needs the transaction's id")
+    path = f"/api/v1/transactions/{quote(args.id, safe='')}"
+    if args.action == "get":
+        doc = c.call("GET", path, gateway=True)
+    else:
+        doc = c.call("POST", f"{path}/{args.action}", gateway=True)
+    if args.output != "table":
+        print(render(doc, args.output))
+        return EXIT_OK
+    line = f"{doc['id']}: {doc['state']}"
+    if "checks" in doc:
+        line += f", {doc['checks']} back-check(s) so far"
+    results = doc.get("results") or []
+    failed = [r for r in results if "error" in r]
+    if results:
+        line += f", {len(results) - len(failed)} record(s) written"
+    print(line)
+    for i, r in enumerate(failed[:10]):
+        print(f"record {i}: {r['error']}", file=sys.stderr)
+    return EXIT_OK if not failed else 1
+
+
+def _prepared(c: Client, args: argparse.Namespace) -> int:
+    doc = c.call("GET", "/api/v1/transactions", state="prepared")
+    if args.output != "table":
+        print(render(doc, args.output))
+        return EXIT_OK
+    rows = [{**t, "age_s": round(t["age_s"], 1)} for t in doc["transactions"]]
+    print(table(["id", "age_s", "checks", "timeout_ms", "worker"], rows))
+    counters = doc["counters"]
+    print(
+        f"\nsince the workers started: {counters['committed']} committed, {counters['rolled_back']} rolled back, "
+        f"{counters['checks']} back-checks ({counters['check_failures']} failed)"
+    )
     return EXIT_OK

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.endpoint import EndpointRecorder
@@ -79,6 +80,8 @@ def test_the_operator_cli(tmp_path: Path, endpoint: EndpointRecorder) -> None:
         got = endpoint.wait_for(lambda rs: any(r.body == b"later" for r in rs), timeout_s=60, what="the delayed line")
         (late,) = [r for r in got if r.body == b"later"]
         assert late.at >= sent_at + 1.5 and late.headers.get("origin") == "cli"
+        delays = ferry("delays")
+        assert delays.returncode == 0 and delays.stdout.split()[:3] == ["SCHEDULED", "NEXT_DUE", "LATE_P99_MS"]
         refused = ferry("produce", topic, "--delay", "100d", stdin="too far\n")
         assert refused.returncode == 1 and "1 refused" in refused.stdout and "line 1: " in refused.stderr
         assert ferry("produce", topic, "--delay", "soon", stdin="x\n").returncode == 2
@@ -104,3 +107,25 @@ def test_the_operator_cli(tmp_path: Path, endpoint: EndpointRecorder) -> None:
         assert ferry("apply", "-f", str(subs / "c.yaml")).returncode == 0
         status = ferry("subscriptions", "status", "cli-c")
         assert status.returncode == 0 and f"warning: topic 'missing-{topic}' does not exist (yet)" in status.stderr
+
+        # a transaction in doubt, resolved by hand
+        prepared = httpx.post(
+            f"{s['gateway_url']}/api/v1/transactions",
+            headers={"Authorization": f"Bearer {s['admin_token']}"},
+            json={"records": [{"topic": topic, "value": "in doubt"}], "check_url": endpoint.url},
+        )
+        assert prepared.status_code == 201, prepared.text
+        txn = prepared.json()["id"]
+        assert ferry("transactions", "get", txn).stdout.strip() == f"{txn}: prepared, 0 back-check(s) so far"
+
+        def prepared_listed() -> str | None:
+            out = ferry("transactions", "list").stdout
+            return out if txn in out else None
+
+        listed = until(prepared_listed, timeout_s=30, what="the prepared transaction listed")
+        assert listed.splitlines()[0].split() == ["ID", "AGE_S", "CHECKS", "TIMEOUT_MS", "WORKER"], listed
+        committed = ferry("transactions", "commit", txn)
+        assert committed.returncode == 0 and committed.stdout.strip() == f"{txn}: committed, 1 record(s) written"
+        assert ferry("transactions", "commit", txn).returncode == 0  # the same verb again: the same answer
+        assert ferry("transactions", "rollback", txn).returncode == 5  # the other verb after a final state: 409
+        assert ferry("transactions", "get", "no-such-txn").returncode == 3
