@@ -207,11 +207,15 @@ class Stack:
         env: dict[str, str] | None = None,
         argv_prefix: list[str] | None = None,
         wait: bool = True,
+        origins: dict[str, int] | None = None,
     ) -> embedded.ServiceProcess:
-        """Start a static worker; with ``wait``, return once its metrics port listens."""
+        """Start a static worker; with ``wait``, return once its metrics port listens. ``origins``:
+        how many workers push to each adaptive origin, as the coordinator tells its workers."""
         doc: dict[str, Any] = {"subscriptions": subscriptions}
         if partitions is not None:
             doc["partitions"] = partitions
+        if origins:
+            doc["origins"] = origins
         assignment = self.tmp / f"{name}.json"
         assignment.write_text(json.dumps(doc))
         port = embedded.free_port()

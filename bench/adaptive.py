@@ -10,8 +10,9 @@ static worker (``ordering: none``, 1,000 attempts with 20–200 ms backoff, a 50
 runs the same records once per configuration: fixed windows of 4, 16, 64 and 256 in flight in
 all (``--fixed``; a quarter per partition), then ``"concurrency": {"mode": "adaptive", "min": 1, "max": 256}``.
 With ``--workers`` 2 or 4, as many static workers split the partitions and share the endpoint,
-each starting ``--stagger-s`` after the one before (each adaptive worker learns its own limit; the
-table shows their sum), and the result is saved as ``adaptive_workers``.
+each starting ``--stagger-s`` after the one before (each adaptive worker learns its own limit,
+told in its assignment how many workers share the endpoint, as the coordinator tells them; the
+table shows the limits' sum), and the result is saved as ``adaptive_workers``.
 
 Per configuration and phase, from what the endpoint saw: goodput (records processed for the
 first time, per second), latency from arrival to answer (p50; p99 once 5 s of the phase are
@@ -39,6 +40,7 @@ from bench._endpoint import percentile
 from bench._harness import BENCH, Stack, create_topic
 from bench._results import command_line, save
 from ferry.devstack import embedded
+from ferry.subscription import origin
 
 TOPIC = "adaptive"
 PARTITIONS = 4
@@ -123,7 +125,8 @@ def run(
             if len(ws) < workers and time.monotonic() - started >= len(ws) * stagger_s:
                 i = len(ws)
                 mine = [{"subscription": name, "topic": TOPIC, "partition": p} for p in range(i, PARTITIONS, workers)]
-                ws.append(s.worker(f"{name}-{i}", [sub], partitions=mine if workers > 1 else None))
+                shared = {origin(sub["endpoint"]["url"]): workers} if workers > 1 else None
+                ws.append(s.worker(f"{name}-{i}", [sub], partitions=mine if workers > 1 else None, origins=shared))
                 continue
             for w in ws:
                 assert w.alive(), w.log_tail()

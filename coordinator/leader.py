@@ -36,6 +36,7 @@ from ferry.coordinator import starts
 from ferry.coordinator.catalog import Catalog
 from ferry.coordinator.metrics import CoordinatorMetrics
 from ferry.coordinator.planner import moves, plan_zones
+from ferry.coordinator.sharing import origin_sharing
 from ferry.subscription import DEFAULT_CLUSTER, INTERNAL_PREFIX, PartitionRef, Subscription
 
 _log = log.get_logger(__name__)
@@ -330,13 +331,16 @@ class Leader:
         per_worker: dict[str, list[PartitionRef]] = {w: [] for w in workers}
         for ref, w in assignment.items():
             per_worker[w].append(ref)
+        sharing = origin_sharing(per_worker, subs)
         for w, refs in per_worker.items():
             refs.sort()
             names = sorted({r.subscription for r in refs})
-            doc = {
+            doc: dict[str, Any] = {
                 "partitions": [self._entry(r, subs[r.subscription]) for r in refs],
                 "subscriptions": {n: subs[n].to_doc(mask_secrets=False) for n in names},
             }
+            if sharing[w]:
+                doc["origins"] = sharing[w]  # workers pushing to each adaptive origin
             if self._written.get(w) == doc:
                 continue
             data = json.dumps({"generation": now_ms(), **doc}, separators=(",", ":")).encode()

@@ -73,6 +73,18 @@ class Endpoint:
     timeout_ms: int = 5000
     headers: Mapping[str, str] = field(default_factory=dict)
 
+    @property
+    def origin(self) -> str:
+        """Scheme, host and port: what an adaptive concurrency limit belongs to."""
+        return origin(self.url)
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port`` of ``url``, the port spelled out."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.scheme}://{parts.hostname}:{port}"
+
 
 @dataclass(frozen=True)
 class RetryPolicySpec:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import base64
 from typing import Any
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -98,8 +97,7 @@ async def status(request: web.Request) -> web.Response:
 
 def _adaptive(cluster: Any, sub: Subscription) -> dict[str, Any]:
     """The adaptive limit toward the subscription's endpoint origin, per worker pushing there."""
-    parts = urlsplit(sub.endpoint.url)
-    origin = f"{parts.scheme}://{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+    origin = sub.endpoint.origin
     per_worker = {
         wid: doc["endpoints"][origin]
         for wid, doc in cluster.worker_docs().items()

@@ -87,6 +87,7 @@ class Engine:
         self._expected = 0
         """How many partitions the worker's source means this engine to own (see :meth:`expect`)."""
         self.started = False
+        self._sharing: dict[str, int] = {}  # workers pushing to each adaptive origin (assignment)
         self._stopping = False
         self.kafka_unconfirmed = False
         """The latest release's final writes or group commits went unconfirmed: Kafka is not
@@ -137,6 +138,7 @@ class Engine:
                 else None
             ),
         )
+        self._ctx.gates.share(self._sharing)
         self._flush_task = asyncio.create_task(self._flush_loop())
         self.started = True
         _log.info("engine.started", worker=self.worker_id)
@@ -202,6 +204,13 @@ class Engine:
             anchored=anchored,
             restore_ms=int((time.monotonic() - started) * 1000),
         )
+
+    def share_origins(self, sharing: dict[str, int]) -> None:
+        """How many workers push to each adaptive endpoint origin, this one included (the
+        assignment's ``origins``): their limits grow as one (worker.limiter, *sharing*)."""
+        self._sharing = dict(sharing)
+        if self.started:
+            self._ctx.gates.share(self._sharing)
 
     def expect(self, count: int) -> None:
         """The source's assignment changed: it means this engine to own ``count`` partitions. The

@@ -29,6 +29,11 @@ The model (gradient, as in Netflix's Gradient2, with the no-queue latency measur
   keeps probing with, which stops latency noise from collapsing the limit), but at most a quarter
   of the limit and at least 1: at small limits √limit would be a queue as long as the endpoint's
   capacity, doubling every push's latency;
+- *sharing*: when ``sharing`` workers push to the endpoint (the coordinator counts them from its
+  partition plan), each worker's growth is the growth of their limits together, divided among
+  them: ``growth(limit × sharing) / sharing``. Each worker keeping its own queue of ``growth``
+  would otherwise queue ``sharing`` times as much at the endpoint as one worker does (four workers
+  on an endpoint of 4 slots: limits adding up to 8, p99 4× the unloaded latency);
 - overload (429, 503, a timeout) cuts the limit at once by ``backoff_ratio``, at most once per
   interval (one burst of 503s is one signal, not fifty).
 
@@ -74,6 +79,7 @@ class AdaptiveLimit:
     _probe_answers: int = 0  # answers to pushes sent during the probe, 2xx or not
     _last_probe: float | None = None
     wall_offset_s: float = 0.0  # the wall clock minus the time passed in
+    sharing: int = 1  # the workers pushing to the endpoint, this one included
     _last_cut: float | None = None
 
     def __post_init__(self) -> None:
@@ -181,7 +187,8 @@ class AdaptiveLimit:
         samples = sorted(self._samples)
         median = samples[len(samples) // 2]
         gradient = 1.0 if median <= 0 else min(1.0, max(0.5, s.tolerance * self._baseline / median))
-        target = self.limit_f * gradient + growth(self.limit_f)
+        n = max(1, self.sharing)
+        target = self.limit_f * gradient + growth(self.limit_f * n) / n
         new = (1 - s.smoothing) * self.limit_f + s.smoothing * target
         self.limit_f = min(float(s.max_limit), max(float(s.min_limit), new))
 

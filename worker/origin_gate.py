@@ -28,9 +28,8 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable
 from typing import Any
-from urllib.parse import urlsplit
 
-from ferry.subscription import Subscription
+from ferry.subscription import Subscription, origin
 from ferry.worker.limiter import AdaptiveLimit, LimiterSettings
 
 PACE_MIN_S = 0.0002
@@ -159,13 +158,8 @@ class OriginGate:
             "waiting": self.waiting,
             "no_queue_latency_ms": None if baseline is None else round(baseline * 1000, 2),
             "overloads": self.overloads,
+            "sharing": self.limiter.sharing,
         }
-
-
-def origin(url: str) -> str:
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.scheme}://{parts.hostname}:{port}"
 
 
 class Gates:
@@ -174,6 +168,14 @@ class Gates:
     def __init__(self, on_new: Callable[[str, OriginGate], None] | None = None) -> None:
         self._gates: dict[str, OriginGate] = {}
         self._on_new = on_new
+        self._sharing: dict[str, int] = {}
+
+    def share(self, sharing: dict[str, int]) -> None:
+        """How many workers push to each origin (this one included), from the assignment: each
+        gate's limiter grows by its share of their growth together (an origin not named: 1)."""
+        self._sharing = {k: max(1, int(n)) for k, n in sharing.items()}
+        for key, gate in self._gates.items():
+            gate.limiter.sharing = self._sharing.get(key, 1)
 
     def for_subscription(self, sub: Subscription) -> OriginGate | None:
         """The gate of ``sub``'s endpoint origin; None unless its concurrency is adaptive."""
@@ -186,6 +188,7 @@ class Gates:
         if gate is None:
             settings = LimiterSettings(min_limit=min_limit, max_limit=max_limit, initial_limit=min(8, max_limit))
             gate = self._gates[key] = OriginGate(settings)
+            gate.limiter.sharing = self._sharing.get(key, 1)
             if self._on_new is not None:
                 self._on_new(key, gate)
         elif max_limit > gate.limiter.settings.max_limit:

@@ -4,10 +4,12 @@ For running a worker without ZooKeeper (tests, a single-node setup, debugging an
 The file is JSON::
 
     {"subscriptions": [<subscription document>, ...],
-     "partitions": [{"subscription": "s", "topic": "t", "partition": 0, "cluster"?: "dc2"}, ...]}
+     "partitions": [{"subscription": "s", "topic": "t", "partition": 0, "cluster"?: "dc2"}, ...],
+     "origins": {"http://svc:8080": 2, ...}}
 
 ``partitions`` is optional: without it the worker owns every partition of every topic of every
-active subscription, in every Kafka cluster the subscription lists. No fencing: two workers
+active subscription, in every Kafka cluster the subscription lists. ``origins`` (optional) says
+how many workers push to an adaptive endpoint origin, as the coordinator's assignments do. No fencing: two workers
 given the same file would both push; use the coordinator for anything with more than one worker.
 """
 
@@ -57,8 +59,18 @@ def load(path: str) -> tuple[dict[str, Subscription], list[PartitionRef] | None]
     return subs, refs
 
 
+def origins(path: str) -> dict[str, int]:
+    """The file's ``origins``: workers pushing to each adaptive endpoint origin."""
+    doc: Any = json.loads(Path(path).read_text())
+    found = doc.get("origins") or {}
+    if not isinstance(found, dict) or not all(isinstance(n, int) and n >= 1 for n in found.values()):
+        raise ConfigError("--assignment", f"{path}: origins must map an origin to a worker count (≥ 1)")
+    return dict(found)
+
+
 async def run(engine: Engine, path: str, stop: asyncio.Event) -> None:
     subs, refs = load(path)
+    engine.share_origins(origins(path))
     if refs is None:
         refs = []
         for cluster in sorted({c for s in subs.values() for c in s.clusters}):

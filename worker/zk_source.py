@@ -129,6 +129,7 @@ class ZkSource:
         self.desired = desired
         self.from_beginning = from_beginning
         self.engine.expect(len(desired))
+        self.engine.share_origins(doc.get("origins") or {})
         for sub in changed:
             self._spawn(self.engine.update_subscription(sub))
         self._wake.set()

@@ -36,7 +36,7 @@ def concurrency_table(conc: dict[str, Any]) -> str:
     workers = conc.get("workers") or {}
     if not workers:
         return head + " (no worker pushes there yet)"
-    cols = ["worker", "limit", "probing", "in_flight", "waiting", "no_queue_latency_ms", "overloads"]
+    cols = ["worker", "limit", "probing", "in_flight", "waiting", "no_queue_latency_ms", "overloads", "sharing"]
     rows = [{"worker": wid, **doc} for wid, doc in sorted(workers.items())]
     return head + "\n" + table(cols, rows)
 

@@ -17,6 +17,9 @@ import pytest
 from aiohttp import web
 
 from ferry.devstack import embedded
+from ferry.subscription import origin
+from tests.support.cluster import Cluster
+from tests.support.endpoint import EndpointRecorder
 from tests.support.kafka import create_topic, produce
 from tests.support.wait import until
 from tests.support.worker import static_worker
@@ -187,3 +190,32 @@ def test_an_endpoint_answering_only_errors_is_not_held_at_one_push(tmp_path: Pat
         finally:
             w.stop()
     assert e.peak >= 4, f"at most {e.peak} push(es) in flight at once"
+
+
+def test_workers_pushing_to_one_endpoint_are_told_how_many_they_are(
+    tmp_path: Path, zk_connect: str, kafka_bootstrap: str, endpoint: EndpointRecorder
+) -> None:
+    """The leader counts the workers holding partitions of adaptive subscriptions toward each
+    origin and writes the count into their assignments; each worker's limit grows by its share."""
+    cluster = Cluster(tmp_path, zk_connect, kafka_bootstrap)
+    try:
+        topic = f"sharing-{secrets.token_hex(3)}"
+        create_topic(kafka_bootstrap, topic, 4)
+        cluster.add_subscription(
+            {"name": "sh", "topics": [topic], "endpoint": {"url": endpoint.url}, "concurrency": {"mode": "adaptive"}}
+        )
+        cluster.coordinator()
+        workers = {n: cluster.worker(n) for n in ("w1", "w2")}
+        until(lambda: set(cluster.assignment().values()) == set(workers), timeout_s=30, what="both workers assigned")
+        at = origin(endpoint.url)
+
+        def sharing(w: str) -> int | None:
+            produce(kafka_bootstrap, topic, [(None, b"x", p) for p in range(4)])  # a gate exists once pushed
+            gate = workers[w].endpoints().get(at)
+            return None if gate is None else int(gate["sharing"])
+
+        until(lambda: sharing("w1") == 2 and sharing("w2") == 2, timeout_s=30, what="each worker told: 2 share it")
+        workers.pop("w2").stop(grace_s=15)
+        until(lambda: sharing("w1") == 1, timeout_s=30, what="the remaining worker told: it is alone")
+    finally:
+        cluster.close()

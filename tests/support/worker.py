@@ -27,6 +27,11 @@ class WorkerProcess(embedded.ServiceProcess):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as resp:
             return list(json.load(resp)["partitions"])
 
+    def endpoints(self) -> dict[str, Any]:
+        """The adaptive limits per endpoint origin (``/stats`` ``endpoints``)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as resp:
+            return dict(json.load(resp)["endpoints"])
+
     def internal(self) -> dict[str, Any]:
         """The delay store's and the back-check runner's figures (``/stats`` ``internal``)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=5) as resp:

@@ -21,6 +21,7 @@ def test_each_worker_pushing_there_is_a_row() -> None:
             "waiting": 0,
             "no_queue_latency_ms": 20.5,
             "overloads": 0,
+            "sharing": 2,
         },
         "worker-1": {
             "limit": 1,
@@ -29,13 +30,14 @@ def test_each_worker_pushing_there_is_a_row() -> None:
             "waiting": 9,
             "no_queue_latency_ms": None,
             "overloads": 2,
+            "sharing": 2,
         },
     }
     assert concurrency_table({**CONC, "workers": workers}).splitlines() == [
         "concurrency: adaptive 1-32 toward http://svc:8080",
-        "WORKER    LIMIT  PROBING  IN_FLIGHT  WAITING  NO_QUEUE_LATENCY_MS  OVERLOADS",
-        "worker-1  1      True     1          9        -                    2",
-        "worker-2  7      False    3          0        20.5                 0",
+        "WORKER    LIMIT  PROBING  IN_FLIGHT  WAITING  NO_QUEUE_LATENCY_MS  OVERLOADS  SHARING",
+        "worker-1  1      True     1          9        -                    2          2",
+        "worker-2  7      False    3          0        20.5                 0          2",
     ]
 
 

@@ -244,6 +244,19 @@ def test_workers_started_apart_probe_together_and_share_the_capacity(capacity: i
     assert all(lim.baseline_s == pytest.approx(0.02) for lim in lims)
 
 
+@pytest.mark.parametrize(("workers", "capacity"), [(2, 4), (3, 4), (4, 4)])
+def test_workers_that_know_they_share_grow_as_one(workers: int, capacity: int) -> None:
+    """Each worker keeping a queue of its own growth queues ``workers`` times as much at the
+    endpoint as one does; told how many share it, they grow as one limiter would."""
+
+    def run(sharing: int) -> int:
+        lims = [AdaptiveLimit(LimiterSettings(max_limit=256), sharing=sharing) for _ in range(workers)]
+        return drive_shared(lims, [7.3 * i for i in range(workers)], 240.0, capacity, 0.02)
+
+    alone, shared = run(1), run(workers)
+    assert shared <= capacity + 2 and shared < alone, (shared, alone)
+
+
 def test_probes_start_on_the_wall_clocks_marks() -> None:
     lim = AdaptiveLimit(LimiterSettings(probe_every_s=30.0))
     lim.wall_offset_s = 1020.0 + 7.0  # the caller's time 0 is 7 s past a mark (1020 s)

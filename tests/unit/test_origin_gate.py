@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+from ferry.subscription import origin
 from ferry.worker.limiter import LimiterSettings
-from ferry.worker.origin_gate import Gates, OriginGate, origin
+from ferry.worker.origin_gate import Gates, OriginGate
 from tests.support.vtime import run
 
 
@@ -110,6 +111,17 @@ def test_the_limit_falls_on_overload_and_grows_while_busy_and_fast() -> None:
         gate.in_flight = 1
         gate.release(0.010, gate.limit, status=200)
     assert gate.limit > 11
+
+
+def test_the_assignments_worker_counts_reach_each_gate() -> None:
+    gates = Gates()
+    early = gates.for_endpoint("http://billing:8000/hook", 1, 32)
+    gates.share({"http://billing:8000": 3, "http://mail:80": 2})
+    late = gates.for_endpoint("http://mail/x", 1, 32)  # a gate made after the counts came
+    other = gates.for_endpoint("http://other:9/x", 1, 32)
+    assert (early.limiter.sharing, late.limiter.sharing, other.limiter.sharing) == (3, 2, 1)
+    gates.share({})  # alone again
+    assert early.limiter.sharing == 1 and gates.stats()["http://billing:8000"]["sharing"] == 1
 
 
 def test_gates_are_per_origin_and_the_widest_subscription_bounds_them() -> None:
