@@ -12,7 +12,9 @@ all (``--fixed``; a quarter per partition), then ``"concurrency": {"mode": "adap
 With ``--workers`` 2 or 4, as many static workers split the partitions and share the endpoint,
 each starting ``--stagger-s`` after the one before (each adaptive worker learns its own limit,
 told in its assignment how many workers share the endpoint, as the coordinator tells them; the
-table shows the limits' sum), and the result is saved as ``adaptive_workers``.
+table shows the limits' sum), and the result is saved as ``adaptive_workers``. With
+``--coordinated`` they are a cluster's workers instead (ZooKeeper and a coordinator, which assigns
+the partitions and moves them as workers join).
 
 Per configuration and phase, from what the endpoint saw: goodput (records processed for the
 first time, per second), latency from arrival to answer (p50; p99 once 5 s of the phase are
@@ -26,6 +28,7 @@ requests it served without waiting for a slot, over every configuration's run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -109,14 +112,30 @@ def subscription(name: str, ep: str, window: int | None) -> dict[str, Any]:
 
 
 def run(
-    s: Stack, ep: str, name: str, window: int | None, phases: list[Phase], workers: int = 1, stagger_s: float = 0.0
+    s: Stack,
+    ep: str,
+    name: str,
+    window: int | None,
+    phases: list[Phase],
+    workers: int = 1,
+    stagger_s: float = 0.0,
+    zk: str | None = None,
 ) -> tuple[list[list[Any]], list[Any]]:
     """One configuration over every phase: the endpoint's rows, and the workers' limit samples
-    ``(seconds since the endpoint's clock started, sum of the limits)``."""
+    ``(seconds since the endpoint's clock started, sum of the limits)``. With ``zk`` (a ZooKeeper
+    connect string), the workers are a cluster's: a coordinator assigns them the partitions."""
     post(f"{ep}/start", {"phases": [[p.capacity, p.seconds] for p in phases]})
     sub = subscription(name, ep, window)
     started = time.monotonic()
     ws: list[embedded.ServiceProcess] = []
+    cluster = None
+    if zk is not None:
+        from tests.support.cluster import Cluster
+
+        (s.tmp / name).mkdir()
+        cluster = Cluster(s.tmp / name, zk, s.bootstrap)
+        cluster.add_subscription(sub)
+        cluster.coordinator()
     total = sum(p.seconds for p in phases)
     samples: list[tuple[float, int]] = []
     deadline = time.monotonic() + total + 120 + workers * stagger_s
@@ -124,6 +143,9 @@ def run(
         while time.monotonic() < deadline:
             if len(ws) < workers and time.monotonic() - started >= len(ws) * stagger_s:
                 i = len(ws)
+                if cluster is not None:
+                    ws.append(cluster.worker(f"{name}-{i}").wait_ready(60))
+                    continue
                 mine = [{"subscription": name, "topic": TOPIC, "partition": p} for p in range(i, PARTITIONS, workers)]
                 shared = {origin(sub["endpoint"]["url"]): workers} if workers > 1 else None
                 ws.append(s.worker(f"{name}-{i}", [sub], partitions=mine if workers > 1 else None, origins=shared))
@@ -146,8 +168,12 @@ def run(
         else:
             raise TimeoutError(f"{name}: the endpoint saw no request, or the phases did not end")
     finally:
+        if cluster is not None:  # the coordinator first: no partition moves while the workers stop
+            cluster.processes[0].stop()
         for w in ws:
             w.stop()
+        if cluster is not None:
+            cluster.close()
     return get(f"{ep}/figures")["rows"], samples
 
 
@@ -254,6 +280,9 @@ def main() -> None:
     ap.add_argument("--fixed", default=",".join(map(str, FIXED)), help="the fixed windows run beside adaptive")
     ap.add_argument("--workers", type=int, default=1, choices=(1, 2, 4), help="workers sharing the endpoint")
     ap.add_argument("--stagger-s", type=float, default=0.0, help="between one worker's start and the next's")
+    ap.add_argument(
+        "--coordinated", action="store_true", help="the workers of a cluster (ZooKeeper, a coordinator), not static"
+    )
     a = ap.parse_args()
     phases = phases_of(a.phases)
     if any(p.seconds <= SETTLE_S for p in phases):
@@ -266,7 +295,12 @@ def main() -> None:
         sys.exit("--fixed: every window must be at least 1")
     service_s = a.service_ms / 1000
     need = int(sum(p.capacity / service_s * p.seconds for p in phases) * 1.5)
-    with Stack(prefix="ferry-adaptive-") as s:
+    with Stack(prefix="ferry-adaptive-") as s, contextlib.ExitStack() as services:
+        zk = None
+        if a.coordinated:
+            zk_proc = embedded.zookeeper(s.tmp / "zk").start().wait_ready(60)
+            services.callback(zk_proc.stop)
+            zk = f"127.0.0.1:{zk_proc.port}"
         print(f"producing {need:,} records ({PARTITIONS} partitions)...", flush=True)
         produce(s.bootstrap, need)
         port = embedded.free_port()
@@ -278,7 +312,7 @@ def main() -> None:
         every_run = []
         for window in (*fixed, None):
             label = f"fixed {window}" if window else "adaptive"
-            rows, samples = run(s, ep, f"ad-{window or 'adaptive'}", window, phases, a.workers, a.stagger_s)
+            rows, samples = run(s, ep, f"ad-{window or 'adaptive'}", window, phases, a.workers, a.stagger_s, zk)
             results[label] = judge(rows, samples, phases, service_s)
             every_run.append(rows)
             print(f"{label}: {len(rows):,} requests", flush=True)

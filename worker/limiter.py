@@ -33,7 +33,11 @@ The model (gradient, as in Netflix's Gradient2, with the no-queue latency measur
   partition plan), each worker's growth is the growth of their limits together, divided among
   them: ``growth(limit × sharing) / sharing``. Each worker keeping its own queue of ``growth``
   would otherwise queue ``sharing`` times as much at the endpoint as one worker does (four workers
-  on an endpoint of 4 slots: limits adding up to 8, p99 4× the unloaded latency);
+  on an endpoint of 4 slots: limits adding up to 8, p99 4× the unloaded latency). When the count
+  changes, every worker of the origin is told at about the same moment (one write of the
+  leader's), and each probes at the wall-clock moment given with the count (:meth:`share`), a
+  worker that has just started included: else its first probe would measure the others' queue,
+  and it would grow beyond its share until the next mark;
 - overload (429, 503, a timeout) cuts the limit at once by ``backoff_ratio``, at most once per
   interval (one burst of 503s is one signal, not fifty).
 
@@ -80,6 +84,7 @@ class AdaptiveLimit:
     _last_probe: float | None = None
     wall_offset_s: float = 0.0  # the wall clock minus the time passed in
     sharing: int = 1  # the workers pushing to the endpoint, this one included
+    _probe_at: float | None = None  # a probe due then (the caller's time), told with the count
     _last_cut: float | None = None
 
     def __post_init__(self) -> None:
@@ -108,6 +113,15 @@ class AdaptiveLimit:
     def baseline_s(self) -> float | None:
         """The no-queue latency, None until a probe has seen a 2xx answer."""
         return self._baseline
+
+    def share(self, sharing: int, probe_at_wall: float | None, now: float) -> None:
+        """``sharing`` workers push to the endpoint now; with ``probe_at_wall`` (the wall clock),
+        probe then: the others told the same count probe at the same moment."""
+        self.sharing = max(1, sharing)
+        if probe_at_wall is not None and self.settings.min_limit < self.settings.max_limit:
+            at = probe_at_wall - self.wall_offset_s
+            if at > now:
+                self._probe_at = at
 
     def on_sample(self, latency_s: float, in_flight: int, now: float) -> None:
         """A push was answered with a 2xx after ``latency_s``, with ``in_flight`` pushes outstanding
@@ -140,7 +154,11 @@ class AdaptiveLimit:
         self.limit_f = max(float(s.min_limit), self.limit_f * s.backoff_ratio)
 
     def _probe_due(self, now: float) -> bool:
-        """A mark of the wall clock (a multiple of ``probe_every_s``) passed since the last probe."""
+        """A mark of the wall clock (a multiple of ``probe_every_s``) passed since the last probe,
+        or the moment told with the count of workers came."""
+        if self._probe_at is not None and now >= self._probe_at:
+            self._probe_at = None
+            return True
         if self._last_probe is None:
             return False
         every, offset = self.settings.probe_every_s, self.wall_offset_s
@@ -159,6 +177,11 @@ class AdaptiveLimit:
             self._probe_start = now  # learning starts with the first answer
         if in_flight > s.min_limit:
             return  # sent before the probe, behind a queue of the worker's own
+        if self._probe_at is not None:  # to be measured from the moment told with the count on
+            sent = now if latency_s is None else now - latency_s
+            if sent < self._probe_at:
+                return  # the other workers may still keep a queue
+            self._probe_at, self._probe_start = None, now
         self._probe_answers += 1
         if latency_s is not None:
             self._probe_samples.append(latency_s)

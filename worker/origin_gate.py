@@ -39,6 +39,14 @@ PACE_TICK_S = 0.001
 """The pace's grain: pushes due within a tick start together, and the gate never sets a timer
 shorter than one (an event loop's timers are no finer; a shorter one would spin the loop)."""
 PACE_SLACK_S = 0.002
+INITIAL_LIMIT = 8
+"""Where a limit starts once the first probe has measured the no-queue latency (divided among the
+workers pushing to the origin)."""
+SYNC_EVERY_S = 5.0
+"""A probe told with a new count of workers falls on a multiple of this on the wall clock, ..."""
+SYNC_LEAD_S = 3.0
+"""... at least this long after the count came: a worker that has just started has that long to
+make its first push, so that it probes with the others."""
 """How far behind its pace the gate may fall and still catch up (a burst of at most this much)."""
 
 
@@ -108,6 +116,12 @@ class OriginGate:
             self.limiter.on_error(in_flight_at_send, now)
         self._release_place()
 
+    def share(self, sharing: int, probe_at_wall: float | None) -> None:
+        """``sharing`` workers push to the origin; probe at ``probe_at_wall`` if given."""
+        now = self._clock()
+        self.limiter.wall_offset_s = self._wall() - now
+        self.limiter.share(sharing, probe_at_wall, now)
+
     def abandon(self) -> None:
         """A push ended without an answer of the endpoint's (cancelled): give its place back."""
         self._release_place()
@@ -165,17 +179,30 @@ class OriginGate:
 class Gates:
     """The worker's gates, one per endpoint origin of an adaptive subscription."""
 
-    def __init__(self, on_new: Callable[[str, OriginGate], None] | None = None) -> None:
+    def __init__(
+        self, on_new: Callable[[str, OriginGate], None] | None = None, wall: Callable[[], float] = time.time
+    ) -> None:
         self._gates: dict[str, OriginGate] = {}
         self._on_new = on_new
+        self._wall = wall
         self._sharing: dict[str, int] = {}
+        self._probe_at: dict[str, float] = {}  # origin → the wall-clock moment told with its count
 
     def share(self, sharing: dict[str, int]) -> None:
         """How many workers push to each origin (this one included), from the assignment: each
-        gate's limiter grows by its share of their growth together (an origin not named: 1)."""
-        self._sharing = {k: max(1, int(n)) for k, n in sharing.items()}
+        gate's limiter grows by its share of their growth together (an origin not named: 1). An
+        origin whose count changed is probed at the next :data:`SYNC_EVERY_S` mark at least
+        :data:`SYNC_LEAD_S` away, where every worker told the same count probes too."""
+        new = {k: max(1, int(n)) for k, n in sharing.items()}
+        lead = self._wall() + SYNC_LEAD_S
+        mark = (lead // SYNC_EVERY_S + 1) * SYNC_EVERY_S
+        for key in new.keys() | self._sharing.keys():
+            if new.get(key, 1) != self._sharing.get(key, 1):
+                self._probe_at[key] = mark
+        self._sharing = new
         for key, gate in self._gates.items():
-            gate.limiter.sharing = self._sharing.get(key, 1)
+            if gate.limiter.sharing != new.get(key, 1):
+                gate.share(new.get(key, 1), self._probe_at.get(key))
 
     def for_subscription(self, sub: Subscription) -> OriginGate | None:
         """The gate of ``sub``'s endpoint origin; None unless its concurrency is adaptive."""
@@ -186,9 +213,11 @@ class Gates:
         key = origin(url)
         gate = self._gates.get(key)
         if gate is None:
-            settings = LimiterSettings(min_limit=min_limit, max_limit=max_limit, initial_limit=min(8, max_limit))
-            gate = self._gates[key] = OriginGate(settings)
-            gate.limiter.sharing = self._sharing.get(key, 1)
+            # A worker joining others starts from its share of the usual start, not all of it.
+            start = max(1, INITIAL_LIMIT // self._sharing.get(key, 1))
+            settings = LimiterSettings(min_limit=min_limit, max_limit=max_limit, initial_limit=min(start, max_limit))
+            gate = self._gates[key] = OriginGate(settings, wall=self._wall)
+            gate.share(self._sharing.get(key, 1), self._probe_at.get(key))
             if self._on_new is not None:
                 self._on_new(key, gate)
         elif max_limit > gate.limiter.settings.max_limit:

@@ -46,6 +46,16 @@ def test_adaptive_bench_runs_every_window_and_measures_the_unloaded_latency(tmp_
         assert row[-2:] == ["0", "0"], row  # 503s + timeouts, duplicates
 
 
+def test_adaptive_bench_runs_a_cluster_of_workers(tmp_path: Path) -> None:
+    lines = bench(tmp_path, "bench/adaptive.py", "--phases", "4:6", "--fixed", "4", "--workers", "2", "--coordinated")
+    assert [line.split(":")[0] for line in lines if line.startswith("C=")] == ["C=4"]
+    doc = saved(tmp_path, "adaptive_workers")
+    assert doc["command"] == "python3 bench/adaptive.py --coordinated --phases 4:6 --fixed 4 --workers 2"
+    assert [row[0] for row in doc["rows"]] == ["fixed 4", "adaptive"]
+    for row in doc["rows"]:
+        assert row[-1] == "0", row  # no duplicate
+
+
 def test_phases_too_short_to_settle_are_refused(tmp_path: Path) -> None:
     done = run_bench(tmp_path, "bench/adaptive.py", "--phases", "8:3", timeout=60)
     assert done.returncode != 0 and "every phase must last more than 5 s" in done.stderr

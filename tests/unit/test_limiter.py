@@ -257,6 +257,52 @@ def test_workers_that_know_they_share_grow_as_one(workers: int, capacity: int) -
     assert shared <= capacity + 2 and shared < alone, (shared, alone)
 
 
+def test_a_new_count_of_workers_is_probed_at_the_moment_told_with_it() -> None:
+    lim = AdaptiveLimit(LimiterSettings(probe_every_s=30.0, max_limit=256))
+    drive(lim, [(10, 16, 0.01)])
+    learned = lim.limit
+    lim.share(2, probe_at_wall=12.0, now=10.0)  # wall_offset_s 0: the caller's time is the wall's
+    lim.on_sample(0.01, learned, 11.9)
+    assert not lim.probing and lim.sharing == 2
+    lim.on_sample(0.01, learned, 12.0)  # the moment: a probe, with every worker told the count
+    assert lim.probing and lim.allowed == 1
+
+
+def test_a_worker_joining_others_learns_from_the_moment_told_on() -> None:
+    """Its pushes before that moment may meet the others' queue: they do not teach it."""
+    lim = AdaptiveLimit(LimiterSettings(interval_s=0.25))
+    lim.share(4, probe_at_wall=5.0, now=1.0)
+    for t in (1.1, 2.0, 3.0, 4.0, 5.03):  # the last was sent at 4.98, before the moment
+        lim.on_sample(0.05, 1, t)
+    assert lim.probing and lim.baseline_s is None and lim.allowed == 1
+    for t in (5.1, 5.2, 5.3):
+        lim.on_sample(0.02, 1, t)
+    assert not lim.probing and lim.baseline_s == 0.02
+
+
+def test_a_joining_worker_learning_from_errors_alone_still_ends_its_probe() -> None:
+    lim = AdaptiveLimit(LimiterSettings(interval_s=0.25))
+    lim.share(2, probe_at_wall=5.0, now=1.0)
+    lim.on_error(1, 4.0)  # before the moment: not an answer of the probe
+    assert lim.probing
+    for t in (5.1, 5.2, 5.3):
+        lim.on_error(1, t)
+    assert not lim.probing and lim.baseline_s is None
+
+
+def test_a_moment_already_past_or_fixed_bounds_change_nothing() -> None:
+    lim = AdaptiveLimit(LimiterSettings(min_limit=4, max_limit=4, initial_limit=4))
+    drive(lim, [(1, 2, 0.01)])
+    lim.share(3, probe_at_wall=5.0, now=1.0)
+    lim.on_sample(0.01, 4, 6.0)
+    assert not lim.probing and lim.sharing == 3 and lim.allowed == 4
+    late = AdaptiveLimit(LimiterSettings())
+    drive(late, [(3, 16, 0.01)])
+    late.share(2, probe_at_wall=2.0, now=3.0)
+    late.on_sample(0.01, 8, 3.1)
+    assert not late.probing
+
+
 def test_probes_start_on_the_wall_clocks_marks() -> None:
     lim = AdaptiveLimit(LimiterSettings(probe_every_s=30.0))
     lim.wall_offset_s = 1020.0 + 7.0  # the caller's time 0 is 7 s past a mark (1020 s)

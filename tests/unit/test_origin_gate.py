@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from ferry.subscription import origin
 from ferry.worker.limiter import LimiterSettings
 from ferry.worker.origin_gate import Gates, OriginGate
@@ -114,7 +116,7 @@ def test_the_limit_falls_on_overload_and_grows_while_busy_and_fast() -> None:
 
 
 def test_the_assignments_worker_counts_reach_each_gate() -> None:
-    gates = Gates()
+    gates = Gates(wall=lambda: 1000.0)
     early = gates.for_endpoint("http://billing:8000/hook", 1, 32)
     gates.share({"http://billing:8000": 3, "http://mail:80": 2})
     late = gates.for_endpoint("http://mail/x", 1, 32)  # a gate made after the counts came
@@ -122,6 +124,26 @@ def test_the_assignments_worker_counts_reach_each_gate() -> None:
     assert (early.limiter.sharing, late.limiter.sharing, other.limiter.sharing) == (3, 2, 1)
     gates.share({})  # alone again
     assert early.limiter.sharing == 1 and gates.stats()["http://billing:8000"]["sharing"] == 1
+
+
+def test_workers_told_a_new_count_probe_together_and_a_newcomer_starts_from_its_share() -> None:
+    wall = [1001.0]
+    gates = Gates(wall=lambda: wall[0])
+    old = gates.for_endpoint("http://billing:8000/hook", 1, 64)
+    gates.share({"http://billing:8000": 4})  # told at 1001.0: the next 5 s mark at least 3 s on
+    assert old.limiter._probe_at is not None
+    assert old.limiter._probe_at + old.limiter.wall_offset_s == pytest.approx(1005.0)
+    wall[0] = 1003.5
+    new = gates.for_endpoint("http://mail:80/hook", 1, 64)  # no count for it: alone, the usual start
+    assert new.limiter._probe_at is None and new.limiter.limit == 8
+    gates.share({"http://billing:8000": 4, "http://mail:80": 2})  # billing unchanged: no new moment
+    assert old.limiter._probe_at + old.limiter.wall_offset_s == pytest.approx(1005.0)
+    assert new.limiter._probe_at + new.limiter.wall_offset_s == pytest.approx(1010.0)
+    joiner = Gates(wall=lambda: 1001.2)
+    joiner.share({"http://billing:8000": 4})  # its first assignment, in the same write as old's
+    gate = joiner.for_endpoint("http://billing:8000/hook", 1, 64)
+    assert gate.limiter._probe_at + gate.limiter.wall_offset_s == pytest.approx(1005.0)
+    assert gate.limiter.limit == 2  # 8 shared by 4
 
 
 def test_gates_are_per_origin_and_the_widest_subscription_bounds_them() -> None:
