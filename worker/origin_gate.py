@@ -7,6 +7,8 @@ instead of trusting a guessed ``max_in_flight``. The limit belongs to the endpoi
 at :meth:`OriginGate.acquire` while the origin is at its limit; waiting partitions are served in
 turn (one push each, round robin), so a hot partition cannot take the whole limit. The partition's
 own window still applies first: per-key order and ``max_in_flight`` hold as without the gate.
+Other workers pushing to the origin keep limits of their own; :meth:`Gates.share` takes their
+count from the assignment, so that the limits grow as one and their probes fall together.
 
 Waiting pushes are started at most one per ``no-queue latency ÷ limit`` (the limit's own pace, to
 the millisecond; a pace finer than :data:`PACE_MIN_S` is not kept): answers that come back
@@ -39,6 +41,7 @@ PACE_TICK_S = 0.001
 """The pace's grain: pushes due within a tick start together, and the gate never sets a timer
 shorter than one (an event loop's timers are no finer; a shorter one would spin the loop)."""
 PACE_SLACK_S = 0.002
+"""How far behind its pace the gate may fall and still catch up (a burst of at most this much)."""
 INITIAL_LIMIT = 8
 """Where a limit starts once the first probe has measured the no-queue latency (divided among the
 workers pushing to the origin)."""
@@ -47,7 +50,6 @@ SYNC_EVERY_S = 5.0
 SYNC_LEAD_S = 3.0
 """... at least this long after the count came: a worker that has just started has that long to
 make its first push, so that it probes with the others."""
-"""How far behind its pace the gate may fall and still catch up (a burst of at most this much)."""
 
 
 class OriginGate:
