@@ -47,6 +47,9 @@ class NoEngine:
     def set_lease(self, deadline: float | None) -> None:
         return None
 
+    def share_origins(self, sharing: dict[str, int]) -> None:
+        return None
+
     def stats(self) -> list[dict[str, Any]]:
         return []
 
