@@ -9,8 +9,9 @@ The file is JSON::
 
 ``partitions`` is optional: without it the worker owns every partition of every topic of every
 active subscription, in every Kafka cluster the subscription lists. ``origins`` (optional) says
-how many workers push to an adaptive endpoint origin, as the coordinator's assignments do. No fencing: two workers
-given the same file would both push; use the coordinator for anything with more than one worker.
+how many workers push to an adaptive endpoint origin, as the coordinator's assignments do. No
+fencing: two workers given the same file would both push; use the coordinator for anything with
+more than one worker.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from ferry.worker.engine import Engine
 _log = log.get_logger(__name__)
 
 
-def load(path: str) -> tuple[dict[str, Subscription], list[PartitionRef] | None]:
+def load(path: str) -> tuple[dict[str, Subscription], list[PartitionRef] | None, dict[str, int]]:
+    """The file's subscriptions, partitions (None: every one) and origins' worker counts."""
     try:
         doc: Any = json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -44,9 +46,12 @@ def load(path: str) -> tuple[dict[str, Subscription], list[PartitionRef] | None]
         except ValidationError as exc:
             raise ConfigError("--assignment", f"{path}: subscriptions.{i}.{exc.field}: {exc.message}") from None
         subs[sub.name] = sub
+    origins = doc.get("origins") or {}
+    if not isinstance(origins, dict) or not all(isinstance(n, int) and n >= 1 for n in origins.values()):
+        raise ConfigError("--assignment", f"{path}: origins must map an origin to a worker count (≥ 1)")
     parts = doc.get("partitions")
     if parts is None:
-        return subs, None
+        return subs, None, origins
     refs: list[PartitionRef] = []
     for i, p in enumerate(parts):
         try:
@@ -56,21 +61,12 @@ def load(path: str) -> tuple[dict[str, Subscription], list[PartitionRef] | None]
         if ref.subscription not in subs:
             raise ConfigError("--assignment", f"{path}: partitions.{i} names unknown subscription {ref.subscription!r}")
         refs.append(ref)
-    return subs, refs
-
-
-def origins(path: str) -> dict[str, int]:
-    """The file's ``origins``: workers pushing to each adaptive endpoint origin."""
-    doc: Any = json.loads(Path(path).read_text())
-    found = doc.get("origins") or {}
-    if not isinstance(found, dict) or not all(isinstance(n, int) and n >= 1 for n in found.values()):
-        raise ConfigError("--assignment", f"{path}: origins must map an origin to a worker count (≥ 1)")
-    return dict(found)
+    return subs, refs, origins
 
 
 async def run(engine: Engine, path: str, stop: asyncio.Event) -> None:
-    subs, refs = load(path)
-    engine.share_origins(origins(path))
+    subs, refs, origins = load(path)
+    engine.share_origins(origins)
     if refs is None:
         refs = []
         for cluster in sorted({c for s in subs.values() for c in s.clusters}):
