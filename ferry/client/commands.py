@@ -279,12 +279,17 @@ def produce(c: Client, args: argparse.Namespace) -> int:
             due = max(r["deliver_at"] for r in results if r.get("scheduled"))
             done.append(f"{scheduled} scheduled for {args.topic} (the last due at {_iso(due)})")
         print(", ".join(done) + (f", {failed} refused" if failed else ""))
-        refused = [(i, r) for i, r in enumerate(results, 1) if "error" in r]
-        for i, r in refused[:10]:
-            print(f"line {i}: {r['error']}", file=sys.stderr)
-        if len(refused) > 10:
-            print(f"... and {len(refused) - 10} more (every answer: -o json)", file=sys.stderr)
+        _name_refused([(f"line {i}", r) for i, r in enumerate(results, 1)])
     return EXIT_OK if not failed else 1
+
+
+def _name_refused(answers: list[tuple[str, dict[str, Any]]]) -> None:
+    """On stderr, the first ten of ``(where, answer)`` that are errors, and how many more."""
+    refused = [(where, r["error"]) for where, r in answers if "error" in r]
+    for where, error in refused[:10]:
+        print(f"{where}: {error}", file=sys.stderr)
+    if len(refused) > 10:
+        print(f"... and {len(refused) - 10} more (every answer: -o json)", file=sys.stderr)
 
 
 def _iso(epoch_ms: int) -> str:
@@ -339,8 +344,7 @@ def transactions(c: Client, args: argparse.Namespace) -> int:
     if results:
         line += f", {len(results) - len(failed)} record(s) written"
     print(line)
-    for i, r in enumerate(failed[:10]):
-        print(f"record {i}: {r['error']}", file=sys.stderr)
+    _name_refused([(f"records[{i}]", r) for i, r in enumerate(results)])
     return EXIT_OK if not failed else 1
 
 

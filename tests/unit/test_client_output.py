@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.client.commands import duration_ms, headers_of
+from ferry.client.commands import _name_refused, duration_ms, headers_of
 from ferry.client.output import concurrency_table
 from ferry.errors import ValidationError
 
@@ -75,3 +75,11 @@ def test_headers_are_name_equals_value() -> None:
     assert headers_of(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
     with pytest.raises(ValidationError, match="not NAME=VALUE"):
         headers_of(["=v"])
+
+
+def test_refused_answers_are_named_where_they_are_first_ten(capsys: pytest.CaptureFixture[str]) -> None:
+    answers = [{"partition": 0, "offset": 1}] + [{"error": f"bad {i}"} for i in range(1, 13)]
+    _name_refused([(f"records[{i}]", r) for i, r in enumerate(answers)])
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "records[1]: bad 1" and lines[9] == "records[10]: bad 10"
+    assert lines[10:] == ["... and 2 more (every answer: -o json)"]
