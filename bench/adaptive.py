@@ -128,14 +128,14 @@ def run(
     sub = subscription(name, ep, window)
     started = time.monotonic()
     ws: list[embedded.ServiceProcess] = []
-    cluster = None
+    cluster = coordinator = None
     if zk is not None:
         from tests.support.cluster import Cluster
 
         (s.tmp / name).mkdir()
         cluster = Cluster(s.tmp / name, zk, s.bootstrap)
         cluster.add_subscription(sub)
-        cluster.coordinator()
+        coordinator = cluster.coordinator()
     total = sum(p.seconds for p in phases)
     samples: list[tuple[float, int]] = []
     deadline = time.monotonic() + total + 120 + workers * stagger_s
@@ -168,8 +168,8 @@ def run(
         else:
             raise TimeoutError(f"{name}: the endpoint saw no request, or the phases did not end")
     finally:
-        if cluster is not None:  # the coordinator first: no partition moves while the workers stop
-            cluster.processes[0].stop()
+        if coordinator is not None:  # first: no partition moves while the workers stop
+            coordinator.stop()
         for w in ws:
             w.stop()
         if cluster is not None:
