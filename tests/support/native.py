@@ -10,16 +10,17 @@ from types import ModuleType
 
 import pytest
 
-from ferry.worker import native
+from ferry import native
 
 
-def required(name: str) -> ModuleType:
-    """The C module ``worker.<name>``; skips under ``FERRY_NATIVE=0``, fails when it was not built."""
+def required(module_name: str) -> ModuleType:
+    """The C module ``module_name`` (e.g. ``ferry.worker._encode``); skips under ``FERRY_NATIVE=0``,
+    fails when it was not built."""
     if not native.enabled():
         pytest.skip("FERRY_NATIVE=0: the C speedups are off")
-    module = native.load(name)
+    module = native.load(module_name)
     if module is None:
         pytest.fail(
-            f"worker.{name} is not built: python3 setup.py build_ext --inplace (FERRY_NATIVE=0 skips the C tests)"
+            f"{module_name} is not built: python3 setup.py build_ext --inplace (FERRY_NATIVE=0 skips the C tests)"
         )
     return module

@@ -176,7 +176,7 @@ def encode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> E
     if request.param == "python":
         monkeypatch.setattr(batch_module, "_native", None)
         return encode_batch
-    module = required("_encode")
+    module = required("ferry.worker._encode")
     monkeypatch.setattr(batch_module, "_native", module)
 
     def c_path(encoder: EventEncoder, records: Sequence[Record], attempts: Sequence[int]) -> bytes:
@@ -272,7 +272,7 @@ def test_batch_is_an_array_in_record_order_with_attempts(encode: Encode) -> None
 
 @pytest.mark.parametrize("path", ["orjson", "c"])
 def test_is_json(path: str) -> None:
-    check = is_json if path == "orjson" else required("_encode").is_json
+    check = is_json if path == "orjson" else required("ferry.worker._encode").is_json
     assert check(b" {} ") and check(b"1") and not check(b"Infinity") and not check(b"{}x")
 
 

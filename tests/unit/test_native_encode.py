@@ -21,7 +21,7 @@ from tests.support.native import required
 
 @pytest.fixture
 def enc() -> ModuleType:
-    return required("_encode")
+    return required("ferry.worker._encode")
 
 
 HALFWAY = str(2**1024 - 2**970).encode()  # halfway between DBL_MAX and 2**1024: rounds to infinity

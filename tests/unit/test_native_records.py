@@ -21,7 +21,7 @@ from tests.support.native import required
 
 
 def _native(msgs: list[Message], header_sets: dict[Any, Any]) -> fetch.Built:
-    return fetch._native_call(required("_records").build, msgs, header_sets)
+    return fetch._native_call(required("ferry.worker._records").build, msgs, header_sets)
 
 
 def msg(
@@ -151,7 +151,7 @@ def test_random_batches_match_and_do_not_leak() -> None:
 
 
 def test_the_fetcher_runs_the_native_build() -> None:
-    required("_records")
+    required("ferry.worker._records")
     assert fetch.build_batch is not fetch.build_batch_py
 
 
