@@ -1,8 +1,9 @@
-"""Optional C speedups for the worker's per-record hot paths (worker/native.py says which and why).
+"""Optional C speedups for per-record hot paths of the worker (worker/native.py says which and why)
+and of the gateway (gateway/acks.py).
 
 Everything else is in pyproject.toml. Each extension is ``optional``: without a C compiler the
-install still succeeds and the worker runs the pure-Python path (its ``worker.started`` log line
-says which path it runs). After editing a ``.c`` file: ``python3 setup.py build_ext --inplace``.
+install still succeeds and the pure-Python path runs (the ``worker.starting`` and
+``gateway.listening`` log lines say which). After editing a ``.c`` file: ``python3 setup.py build_ext --inplace``.
 """
 
 from setuptools import Extension, setup
@@ -12,5 +13,6 @@ setup(
         # worker/native.py lists them for the start log line.
         Extension("ferry.worker._records", ["worker/_records.c"], optional=True),
         Extension("ferry.worker._encode", ["worker/_encode.c"], depends=["worker/_json_check.h"], optional=True),
+        Extension("ferry.gateway._acks", ["gateway/_acks.c"], optional=True),
     ]
 )

@@ -240,7 +240,8 @@ class WorkerSettings:
     the partitions the worker owns (never below 64 KiB), so memory does not grow with them."""
 
     native: bool = setting("FERRY_NATIVE", True)
-    """Use the C speedups when they are built; ``false`` runs the pure-Python path."""
+    """Use the C speedups when they are built (the worker's, and the gateway's too); ``false`` runs
+    the pure-Python path."""
     zone: str = setting("FERRY_ZONE", "")
     """This worker's zone (datacenter, availability zone): it is given the partitions of the
     Kafka clusters of its zone, and others' only while their zone has no live worker."""

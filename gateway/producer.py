@@ -12,9 +12,10 @@ How it stays fast and bounded:
   one topic with neither headers nor a chosen partition are queued in one call
   (``produce_batch``), which costs librdkafka about half the CPU per record of one ``produce()``
   each; the partitioner, the order and each record's acknowledgement are the same.
-- One thread polls the producer; a request's acknowledgements are collected into one list and the
-  requests completed by a poll are handed to the event loop in one call: no future, no wake-up per
-  record.
+- One thread polls the producer; a request's acknowledgements are collected into one list
+  (:mod:`ferry.gateway.acks`, in C where built: the callbacks run on that thread with the GIL held,
+  so their cost is the event loop's wait) and the requests completed by a poll are handed to the
+  event loop in one call: no future, no wake-up per record.
 - Bytes sent and not yet acknowledged are counted; past ``max_in_flight_bytes`` — or while the
   brokers are unreachable — :meth:`Producer.send_many` refuses with :class:`Busy` at once, and the
   request is answered 503 with ``Retry-After`` instead of waiting: memory stays bounded whatever
@@ -33,13 +34,13 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from functools import partial
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, KafkaException, Message
+from confluent_kafka import KafkaError, KafkaException
 
 from ferry import kafka, log
 from ferry.errors import FerryError
+from ferry.gateway import acks
 from ferry.gateway.records import Outgoing
 
 _log = log.get_logger(__name__)
@@ -56,20 +57,6 @@ class Busy(FerryError):
 
 Ack = tuple[KafkaError | None, int, int]
 """One record's acknowledgement: (error or None, partition, offset)."""
-
-
-class _Pending:
-    """One request's records in the producer: filled in by librdkafka's callbacks; done when it is
-    ``sealed`` (every record queued) and ``left`` (queued, not yet settled) is 0."""
-
-    __slots__ = ("acks", "fut", "left", "sealed", "size")
-
-    def __init__(self, fut: asyncio.Future[list[Ack | None]], n: int) -> None:
-        self.fut = fut
-        self.acks: list[Ack | None] = [None] * n
-        self.left = 0
-        self.sealed = False
-        self.size = 0
 
 
 def groups(items: Sequence[tuple[Outgoing, str, int]], run_max: int) -> Iterator[tuple[int, int]]:
@@ -108,8 +95,9 @@ class Producer:
         self.in_flight_bytes = 0
         self._down_since: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._done: list[_Pending] = []  # requests settled, not yet handed to the loop
-        self._acked_lock = threading.Lock()
+        self._done: list[acks.Acks] = []  # requests settled, not yet handed to the loop
+        self._pending, self._take = acks.implementation()
+        self.native_acks = self._pending is not acks.Pending  # for the start log line
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._rebuild = False
@@ -164,12 +152,13 @@ class Producer:
         record now, it and the records after it are not queued (their entries stay None) and the
         :class:`Busy` saying why is returned beside the future."""
         assert self._loop is not None, "Producer.start() was not called"
-        pending = _Pending(self._loop.create_future(), len(items))
+        # Until sealed, the records not yet queued count too: no early finish.
+        pending = self._pending(self._loop.create_future(), len(items), self._done)
+        offered = len(items)
         busy: Busy | None = None
         if self.down:
             busy = Busy("Kafka brokers are unreachable from the gateway; retry shortly", retry_after_s=2)
             items = ()
-        pending.left = len(items)  # until sealed, the records not queued count too: no early finish
         queued = queued_bytes = 0
         with self._swap:
             producer = self._p
@@ -184,11 +173,7 @@ class Producer:
                 busy = busy or over
         self.in_flight_bytes += queued_bytes
         pending.size = queued_bytes
-        with self._acked_lock:
-            pending.left -= len(items) - queued
-            pending.sealed = True
-            settled = pending.left == 0  # nothing queued, or every acknowledgement came already
-        if settled:
+        if pending.seal(offered - queued):  # nothing queued, or every acknowledgement came already
             self._settle([pending])
         return pending.fut, busy
 
@@ -206,14 +191,13 @@ class Producer:
         return len(items), None
 
     def _send_group(
-        self, producer: Any, pending: _Pending, items: Sequence[tuple[Outgoing, str, int]], start: int, stop: int
+        self, producer: Any, pending: acks.Acks, items: Sequence[tuple[Outgoing, str, int]], start: int, stop: int
     ) -> tuple[int, int, Busy | None]:
         """Queue ``items[start:stop]``, one range of :func:`groups`. Returns how many records were
         queued, their bytes, and the :class:`Busy` for the first one Kafka refused, if any (a
         refused record's callback is never called). The bytes bound refuses long before
         librdkafka's queue is full, so a refusal inside a run is a fatal producer error, which
         refuses the rest of it too."""
-        on_ack = self._on_ack
         if stop - start == 1:
             rec, topic, size = items[start]
             try:
@@ -223,16 +207,13 @@ class Producer:
                     rec.key,
                     partition=-1 if rec.partition is None else rec.partition,
                     headers=cast(Any, rec.headers or None),
-                    on_delivery=partial(on_ack, pending, start),
+                    on_delivery=pending.callback(start),
                 )
             except (BufferError, KafkaException) as exc:
                 return 0, 0, self._refused(exc)
             return 1, size, None
         group = items[start:stop]
-        run = [
-            {"value": rec.value, "key": rec.key, "callback": partial(on_ack, pending, i)}
-            for i, (rec, _, _) in enumerate(group, start)
-        ]
+        run = pending.batch(items, start, stop)
         producer.produce_batch(group[0][1], run)
         busy: Busy | None = None
         n = n_bytes = 0
@@ -259,14 +240,6 @@ class Producer:
         why = err.str() if isinstance(err, KafkaError) else exc
         return Busy(f"Kafka refused the record now ({why}); retry")
 
-    def _on_ack(self, pending: _Pending, i: int, err: KafkaError | None, msg: Message) -> None:
-        """(Whichever thread serves librdkafka's callbacks: the poll thread, or close's flush.)"""
-        pending.acks[i] = (err, msg.partition() or 0, msg.offset() or 0)
-        with self._acked_lock:
-            pending.left -= 1
-            if pending.left == 0 and pending.sealed:
-                self._done.append(pending)
-
     # --- the polling thread -----------------------------------------------------------------
 
     def _poll_forever(self) -> None:
@@ -282,29 +255,34 @@ class Producer:
 
     def _hand_over(self) -> None:
         """Give the requests whose every record is settled to the event loop, in one call."""
-        with self._acked_lock:
-            done, self._done = self._done, []
+        done = self._take(self._done)
         if done and self._loop is not None:
             try:
                 self._loop.call_soon_threadsafe(self._settle, done)
             except RuntimeError:  # the loop is closed: nobody waits any more
                 self._stop.set()
 
-    def _settle(self, done: list[_Pending]) -> None:
+    def _settle(self, done: list[acks.Acks]) -> None:
         for pending in done:
             self.in_flight_bytes -= pending.size
-            for ack in pending.acks:
-                if ack is None:
-                    continue
-                err = ack[0]
-                if err is None:
-                    self._down_since = None
-                elif err.code() == KafkaError._MSG_TIMED_OUT and not self._rebuild:
-                    # Not acknowledged in produce_timeout_ms: a cluster that restarted without our
-                    # producer's state never will; a fresh producer (new producer id) recovers.
-                    self._rebuild = True
+            if pending.failed:
+                self._note_failures(pending.acks)
+            elif pending.size:  # every queued record was acknowledged
+                self._down_since = None
             if not pending.fut.done():
                 pending.fut.set_result(pending.acks)
+
+    def _note_failures(self, acks: list[Ack | None]) -> None:
+        for ack in acks:
+            if ack is None:
+                continue
+            err = ack[0]
+            if err is None:
+                self._down_since = None
+            elif err.code() == KafkaError._MSG_TIMED_OUT and not self._rebuild:
+                # Not acknowledged in produce_timeout_ms: a cluster that restarted without our
+                # producer's state never will; a fresh producer (new producer id) recovers.
+                self._rebuild = True
 
     def _replace(self) -> None:
         """The idempotent producer hit a fatal error (e.g. the brokers lost its producer state, as a

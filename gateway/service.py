@@ -97,7 +97,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
     )
     port = await server.start(settings.gateway.host, settings.gateway.port)
     url = f"http://{settings.gateway.host}:{port}"
-    _log.info("gateway.listening", host=settings.gateway.host, port=port, url=url)
+    native = {"_acks": gw.producer.native_acks}
+    _log.info("gateway.listening", host=settings.gateway.host, port=port, url=url, native=native)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -1,7 +1,7 @@
 """The gateway's producer against the real broker: what :meth:`Producer.send_many` queues and how it
 answers, for requests that mix plain records (sent as runs in one call) with records that carry
 headers or a chosen partition, several topics, the in-flight bytes bound and a record the brokers
-refuse."""
+refuse. Every test runs with the acknowledgements collected in C and in Python (gateway/acks.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,18 @@ from ferry.gateway.producer import Ack, Busy, Producer
 from ferry.gateway.records import Outgoing
 from tests.integration.test_gateway import read
 from tests.support.kafka import create_topic
+from tests.support.native import required
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def acks_in(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "c":
+        required("ferry.gateway._acks")
+    else:
+        monkeypatch.setenv("FERRY_NATIVE", "0")
+    return str(request.param)
 
 
 def rec(

@@ -1,8 +1,8 @@
 """The C twins under AddressSanitizer and UBSan: built once with the sanitizers into a copy of the
-checkout, they run their differential tests (tests/unit/test_native_*.py) and then replay a corpus
-that coverage-guided fuzzing (atheris, tests/support/fuzz_native.py) found against the Python
-references. A memory error, undefined behaviour or a difference from the reference fails the test
-with the sanitizer's report."""
+checkout, they run their differential tests (tests/unit/test_native_*.py, test_gateway_acks.py)
+and then replay a corpus that coverage-guided fuzzing (atheris, tests/support/fuzz_native.py)
+found against the Python references. A memory error, undefined behaviour or a difference from the
+reference fails the test with the sanitizer's report."""
 
 from __future__ import annotations
 
@@ -48,8 +48,9 @@ def test_the_c_twins_under_asan_and_ubsan(tmp_path: Path) -> None:
     env = {**os.environ, "CFLAGS": FLAGS, "LDFLAGS": "-fsanitize=address,undefined", "PYTHONPATH": str(src)}
     built = _run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], src, env, 300)
     assert built.returncode == 0, built.stderr[-3000:]
-    for name in ("_records", "_encode"):  # the extensions are optional: a failed build must not pass unseen
-        so = next((src / "worker").glob(f"{name}.*.so"), None)
+    # The extensions are optional: a failed build must not pass unseen.
+    for folder, name in (("worker", "_records"), ("worker", "_encode"), ("gateway", "_acks")):
+        so = next((src / folder).glob(f"{name}.*.so"), None)
         assert so is not None, f"{name} was not built:\n{built.stderr[-3000:]}"
         assert "__asan" in _run(["nm", "-D", str(so)], src, env, 30).stdout, f"{so} is not instrumented"
 
@@ -72,7 +73,11 @@ def test_the_c_twins_under_asan_and_ubsan(tmp_path: Path) -> None:
         "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1",
     }
     tests = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    tests += ["tests/unit/test_native_encode.py", "tests/unit/test_native_records.py"]
+    tests += [
+        "tests/unit/test_native_encode.py",
+        "tests/unit/test_native_records.py",
+        "tests/unit/test_gateway_acks.py",
+    ]
     ran = _run(tests, src, sanitized, 600)
     assert ran.returncode == 0 and " passed" in ran.stdout, ran.stdout[-3000:] + ran.stderr[-3000:]
     for target, corpus in corpora.items():
