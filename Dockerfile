@@ -3,7 +3,7 @@
 # runtime for the Spark offset replay (`ferry replay`).
 
 FROM python:3.11-slim AS build
-# A C compiler for the worker's optional speedups (setup.py, docs/operations.md).
+# A C compiler for the optional speedups of the worker and the gateway (setup.py, docs/operations.md).
 RUN apt-get update && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
