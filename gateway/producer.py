@@ -272,8 +272,8 @@ class Producer:
             if not pending.fut.done():
                 pending.fut.set_result(pending.acks)
 
-    def _note_failures(self, acks: list[Ack | None]) -> None:
-        for ack in acks:
+    def _note_failures(self, entries: list[Ack | None]) -> None:
+        for ack in entries:
             if ack is None:
                 continue
             err = ack[0]

@@ -17,11 +17,6 @@ from ferry import native
 MODULES: tuple[str, ...] = ("_records", "_encode")
 
 
-def enabled() -> bool:
-    """``FERRY_NATIVE`` (default true)."""
-    return native.enabled()
-
-
 def load(name: str) -> ModuleType | None:
     """The C module ``worker.<name>``, or None when it is turned off or was not built."""
     return native.load(f"ferry.worker.{name}")
