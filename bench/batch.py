@@ -175,8 +175,11 @@ def run_worker(tmp: Path, bootstrap: str, topic: str, ep: str, n: int, name: str
             time.sleep(0.02)
         threads: dict[str, float] = {}
         for task in Path(f"/proc/{pid}/task").iterdir():
-            comm = (task / "comm").read_text().strip()
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            try:
+                comm = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except FileNotFoundError:  # a thread that ended since the listing
+                continue
             name = (
                 "librdkafka" if comm.startswith("rdk:") else "main" if task.name == str(pid) else f"{comm}-{task.name}"
             )
