@@ -61,14 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-CLIENT_COMMANDS = ("login", "subscriptions", "apply", "dead-letters", "produce", "trace", "delays", "transactions")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command in CLIENT_COMMANDS:
-        from ferry.client import commands as client_commands
+    from ferry.client import commands as client_commands
 
+    if args.command in client_commands.NAMES:
         return client_commands.run(args)
     try:
         settings = config.load(args.config)

@@ -108,15 +108,7 @@ def run(args: argparse.Namespace) -> int:
             return login(args)
         client = Client(_profile(args))
         try:
-            return {
-                "subscriptions": subscriptions,
-                "apply": apply,
-                "dead-letters": dead_letters,
-                "produce": produce,
-                "trace": trace,
-                "delays": delays,
-                "transactions": transactions,
-            }[args.command](client, args)
+            return HANDLERS[args.command](client, args)
         finally:
             client.close()
     except ClientError as exc:
@@ -361,3 +353,18 @@ def _prepared(c: Client, args: argparse.Namespace) -> int:
         f"{counters['checks']} back-checks ({counters['check_failures']} failed)"
     )
     return EXIT_OK
+
+
+HANDLERS = {
+    "subscriptions": subscriptions,
+    "apply": apply,
+    "dead-letters": dead_letters,
+    "produce": produce,
+    "trace": trace,
+    "delays": delays,
+    "transactions": transactions,
+}
+"""The commands that call the portal or the gateway with the saved profile, by name."""
+
+NAMES = frozenset({"login", *HANDLERS})
+"""Every command :func:`add_parsers` adds; ``ferry.cli`` hands these to :func:`run`."""
