@@ -3,6 +3,8 @@
 Every write is validated by the one shared parser (:func:`ferry.subscription.parse`), audited,
 and announced to the coordinator by touching ``subscriptions-changed`` in ZooKeeper (if
 ZooKeeper is down the write still succeeds; the coordinator also polls the database).
+``?dry_run=true`` on a create or replace runs every check and answers what would be stored,
+storing nothing (``ferry apply`` checks all its documents this way before it changes any).
 Endpoint header values are write-only: responses show them masked, and sending ``***`` back
 keeps the stored value.
 """
@@ -32,6 +34,13 @@ def _doc(sub: Subscription) -> dict[str, Any]:
     return sub.to_doc(mask_secrets=True)
 
 
+def _dry_run(request: web.Request) -> bool:
+    raw = request.query.get("dry_run", "false").lower()
+    if raw not in ("true", "false", "1", "0"):
+        raise ApiError(400, f"must be true or false, not {raw!r}", "dry_run")
+    return raw in ("true", "1")
+
+
 async def check_endpoint(request: web.Request, sub: Subscription) -> None:
     policy = EndpointPolicy(request.app[SETTINGS].portal.endpoint_allow)
     try:
@@ -57,8 +66,18 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 
 
 async def create(request: web.Request) -> web.Response:
+    dry_run = _dry_run(request)
     sub = _parse(request, await read_json(request))
     await check_endpoint(request, sub)
+
+    def exists() -> bool:
+        with db.session(request.app[ENGINE]) as s:
+            return db.get_row(s, sub.name) is not None
+
+    if dry_run:
+        if await asyncio.to_thread(exists):
+            raise ApiError(409, f"a subscription named {sub.name!r} already exists", "name")
+        return web.json_response({**_doc(sub), **await _warnings(request, sub)})
 
     def store() -> None:
         with db.session(request.app[ENGINE]) as s:
@@ -103,6 +122,7 @@ async def get(request: web.Request) -> web.Response:
 
 async def replace(request: web.Request) -> web.Response:
     name = request.match_info["name"]
+    dry_run = _dry_run(request)
     body = await read_json(request)
     if isinstance(body, dict) and body.setdefault("name", name) != name:
         raise ApiError(400, "the name cannot change; create a new subscription instead", "name")
@@ -119,7 +139,10 @@ async def replace(request: web.Request) -> web.Response:
         with db.session(request.app[ENGINE]) as s:
             return _parse(request, body, load(s, name).to_subscription())
 
-    await check_endpoint(request, await asyncio.to_thread(validate))
+    checked = await asyncio.to_thread(validate)
+    await check_endpoint(request, checked)
+    if dry_run:
+        return web.json_response(_doc(checked))
     sub = await asyncio.to_thread(store)
     await announce(request, "update", name)
     return web.json_response(_doc(sub))

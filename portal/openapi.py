@@ -17,6 +17,8 @@ def _op(
     params: list[str] | None = None,
     errors: tuple[int, ...] = (400, 401, 403, 404),
 ) -> dict[str, Any]:
+    if 401 in errors and 403 not in errors:
+        errors = (*errors, 403)  # a token of a scope this route does not take (e.g. produce)
     op: dict[str, Any] = {"summary": summary, "responses": {**ok, **{str(e): ERROR for e in errors}}}
     if body:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": {"$ref": body}}}}
@@ -63,8 +65,9 @@ DOCUMENT: dict[str, Any] = {
             ),
             "post": _op(
                 "Create a subscription",
-                {"201": _json("stored", SUB)},
+                {"201": _json("stored", SUB), "200": _json("dry run: every check passed, nothing stored", SUB)},
                 body="#/components/schemas/SubscriptionInput",
+                params=["dry_run"],
                 errors=(400, 401, 403, 409, 413),
             ),
         },
@@ -72,9 +75,9 @@ DOCUMENT: dict[str, Any] = {
             "get": _op("Read a subscription", {"200": _json("stored", SUB)}, params=["name"], errors=(401, 404)),
             "put": _op(
                 "Replace a subscription",
-                {"200": _json("stored", SUB)},
+                {"200": _json("stored (with dry_run: checked, nothing stored)", SUB)},
                 body="#/components/schemas/SubscriptionInput",
-                params=["name"],
+                params=["name", "dry_run"],
                 errors=(400, 401, 403, 404, 413),
             ),
             "delete": _op(
@@ -136,8 +139,16 @@ DOCUMENT: dict[str, Any] = {
                         },
                     )
                 },
-                params=["name", "limit"],
+                params=["name", "limit", "cluster"],
                 errors=(400, 401, 404),
+            )
+        },
+        "/api/v1/subscriptions/{name}/records/{topic}/{partition}/{offset}": {
+            "get": _op(
+                "Where one record of the subscription is (record trace)",
+                {"200": _json("trace", {"$ref": "#/components/schemas/Trace"})},
+                params=["name", "topic", "partition", "offset", "cluster"],
+                errors=(400, 401, 404, 503),
             )
         },
         "/api/v1/subscriptions/{name}/dead-letters/replay": {
@@ -253,6 +264,28 @@ DOCUMENT: dict[str, Any] = {
                 "required": False,
                 "schema": {"type": "integer", "minimum": 1, "maximum": 1000},
             },
+            "dry_run": {
+                "name": "dry_run",
+                "in": "query",
+                "required": False,
+                "description": "true: run every check and answer what would be stored, storing nothing",
+                "schema": {"type": "string", "enum": ["true", "false", "1", "0"], "default": "false"},
+            },
+            "cluster": {
+                "name": "cluster",
+                "in": "query",
+                "required": False,
+                "description": "the Kafka cluster (docs/zones.md); one the subscription reads",
+                "schema": {"type": "string", "default": "default"},
+            },
+            "topic": {"name": "topic", "in": "path", "required": True, "schema": TOPIC},
+            "partition": {
+                "name": "partition",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "integer", "minimum": 0},
+            },
+            "offset": {"name": "offset", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}},
         },
         "responses": {
             "Error": _json(
@@ -467,6 +500,33 @@ DOCUMENT: dict[str, Any] = {
                     "source_partition": {"type": "integer", "nullable": True},
                     "source_offset": {"type": "integer", "nullable": True},
                     "timestamp": {"type": "integer"},
+                },
+            },
+            "Trace": {
+                "type": "object",
+                "required": ["topic", "partition", "offset", "state", "cluster"],
+                "properties": {
+                    "topic": {"type": "string"},
+                    "partition": {"type": "integer"},
+                    "offset": {"type": "integer"},
+                    "state": {
+                        "type": "string",
+                        "enum": [
+                            "not_yet_fetched",
+                            "in_flight",
+                            "waiting_retry",
+                            "delivered",
+                            "dead_lettered",
+                            "filtered",
+                            "not_in_log",
+                        ],
+                    },
+                    "attempts": {"type": "integer", "nullable": True},
+                    "last_status": {"type": "integer", "nullable": True},
+                    "last_error": {"type": "string", "nullable": True},
+                    "worker": {"type": "string", "nullable": True},
+                    "next_attempt_at": {"type": "integer", "nullable": True, "description": "epoch ms"},
+                    "cluster": {"type": "string"},
                 },
             },
             "Worker": {

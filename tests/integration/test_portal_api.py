@@ -189,3 +189,42 @@ async def test_openapi_is_valid_and_covers_every_route(api: TestClient) -> None:
     paths = set(doc["paths"])
     for _, path, _ in ROUTES:
         assert path.replace("auth-x", "{name}") in paths
+    documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
+    registered = {
+        (r.method, r.resource.canonical)
+        for r in api.server.app.router.routes()
+        if r.resource is not None and r.method not in ("HEAD", "OPTIONS")
+    }
+    ui = {("GET", "/"), ("GET", "/static"), ("GET", "/metrics")}  # not JSON API
+    assert registered - ui == documented
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            if op.get("security") != []:
+                assert {"401", "403"} <= set(op["responses"]), (method, path)  # produce tokens get 403
+
+
+async def test_dry_run_checks_everything_and_stores_nothing(api: TestClient) -> None:
+    r = await api.post("/api/v1/subscriptions?dry_run=true", json=sub("dry-a"), headers=h(ADMIN))
+    assert r.status == 200 and (await r.json())["name"] == "dry-a"
+    assert (await api.get("/api/v1/subscriptions/dry-a", headers=h(ADMIN))).status == 404
+    r = await api.post("/api/v1/subscriptions?dry_run=true", json=sub("dry-a", clusters=["dc9"]), headers=h(ADMIN))
+    assert r.status == 400 and (await r.json())["field"] == "clusters[0]"
+    r = await api.post("/api/v1/subscriptions?dry_run=maybe", json=sub("dry-a"), headers=h(ADMIN))
+    assert r.status == 400 and (await r.json())["field"] == "dry_run"
+    assert (await api.post("/api/v1/subscriptions", json=sub("dry-a"), headers=h(ADMIN))).status == 201
+    r = await api.post("/api/v1/subscriptions?dry_run=true", json=sub("dry-a"), headers=h(ADMIN))
+    assert r.status == 409  # as the real create would answer
+    changed = sub("dry-a", topics=["payments"])
+    r = await api.put("/api/v1/subscriptions/dry-a?dry_run=1", json=changed, headers=h(ADMIN))
+    assert r.status == 200 and (await r.json())["topics"] == ["payments"]
+    r = await api.get("/api/v1/subscriptions/dry-a", headers=h(ADMIN))
+    assert (await r.json())["topics"] == ["orders"]
+    r = await api.put("/api/v1/subscriptions/dry-none?dry_run=true", json=sub("dry-none"), headers=h(ADMIN))
+    assert r.status == 404
+    r = await api.post("/api/v1/subscriptions?dry_run=true", json=sub("dry-b"), headers=h("wrong"))
+    assert r.status == 401
+    r = await api.get("/api/v1/audit", headers=h(ADMIN))
+    dry = [(e["action"], e["target"]) for e in (await r.json())["entries"] if e["target"].startswith("dry-")]
+    assert ("subscription.create", "dry-a") in dry
+    assert not [e for e in dry if e[1] != "dry-a" or e[0] == "subscription.update"]  # dry runs are not audited
+    assert (await api.delete("/api/v1/subscriptions/dry-a", headers=h(ADMIN))).status == 204
