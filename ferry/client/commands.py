@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ferry.client import plan as planner
-from ferry.client.api import EXIT_OK, EXIT_USAGE, Client, ClientError, Profile
+from ferry.client.api import EXIT_ERROR, EXIT_OK, EXIT_USAGE, Client, ClientError, Profile
 from ferry.client.output import concurrency_table, render, table
 from ferry.errors import ValidationError
 
@@ -114,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
     except ClientError as exc:
         print(f"ferry {args.command}: {exc}" + (f" (field {exc.field})" if exc.field else ""), file=sys.stderr)
         return exc.exit_code
+    except planner.DocumentError as exc:
+        print(f"ferry {args.command}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except ValidationError as exc:
         print(f"ferry {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -189,6 +192,12 @@ def apply(c: Client, args: argparse.Namespace) -> int:
     desired = planner.load_documents(args.file)
     current = c.call("GET", "/api/v1/subscriptions")["subscriptions"]
     p = planner.plan(current, desired, prune=args.prune, force=args.force)
+    refused = _refusals(c, p)
+    if refused:
+        for name, exc in refused:
+            print(f"ferry apply: {name}: " + (f"{exc.field}: " if exc.field else "") + str(exc), file=sys.stderr)
+        print(f"nothing changed: the portal refuses {len(refused)} of the documents", file=sys.stderr)
+        return EXIT_ERROR
     for doc in p.create:
         print(f"+ create {doc['name']}")
         print(planner.diff(None, planner.normalise(doc), doc["name"]), end="")
@@ -198,7 +207,8 @@ def apply(c: Client, args: argparse.Namespace) -> int:
     for name in p.delete:
         print(f"- delete {name}")
     if p.empty:
-        print(f"no changes ({len(p.unchanged)} subscriptions as the files say)")
+        n = len(p.unchanged)
+        print(f"no changes ({n} subscription{'' if n == 1 else 's'} as the files say)")
         return EXIT_OK
     if args.dry_run:
         print("dry run: nothing changed")
@@ -211,6 +221,22 @@ def apply(c: Client, args: argparse.Namespace) -> int:
         c.call("DELETE", f"/api/v1/subscriptions/{name}")
     print(f"applied: {len(p.create)} created, {len(p.update)} updated, {len(p.delete)} deleted")
     return EXIT_OK
+
+
+def _refusals(c: Client, p: planner.Plan) -> list[tuple[str, ClientError]]:
+    """Every create and update of the plan checked by the portal without storing (``dry_run``),
+    so that a plan is applied whole or not at all; the documents it refuses, with why."""
+    refused = []
+    checks = [("POST", "/api/v1/subscriptions", doc) for doc in p.create]
+    checks += [("PUT", f"/api/v1/subscriptions/{quote(doc['name'], safe='')}", doc) for _, doc in p.update]
+    for method, path, doc in checks:
+        try:
+            c.call(method, path, body=doc, dry_run="true")
+        except ClientError as exc:
+            if exc.status not in (400, 404, 409, 413):
+                raise  # unreachable, or not allowed: nothing to say per document
+            refused.append((str(doc["name"]), exc))
+    return refused
 
 
 def dead_letters(c: Client, args: argparse.Namespace) -> int:

@@ -29,6 +29,10 @@ from ferry.subscription import MASK, parse
 Doc = dict[str, Any]
 
 
+class DocumentError(ValidationError):
+    """A document read well but is not a valid subscription (``ferry apply`` exits 1, not 2)."""
+
+
 @dataclass
 class Plan:
     create: list[Doc] = field(default_factory=list)
@@ -64,12 +68,12 @@ def load_documents(paths: Sequence[str]) -> list[Doc]:
                 if doc is None:
                     continue
                 if not isinstance(doc, dict):
-                    raise ValidationError(str(f), "every document must be a subscription object")
+                    raise DocumentError(str(f), "every document must be a subscription object")
                 docs.append(doc)
     names = [d.get("name") for d in docs]
     dupes = sorted({n for n in names if names.count(n) > 1 and isinstance(n, str)})
     if dupes:
-        raise ValidationError("name", f"{dupes[0]!r} is defined twice")
+        raise DocumentError("name", f"{dupes[0]!r} is defined twice")
     return docs
 
 
@@ -78,7 +82,7 @@ def normalise(doc: Mapping[str, Any]) -> Doc:
     try:
         return parse(dict(doc)).to_doc(mask_secrets=True)
     except ValidationError as exc:
-        raise ValidationError(f"{doc.get('name', '?')}: {exc.field}", exc.message) from None
+        raise DocumentError(f"{doc.get('name', '?')}: {exc.field}", exc.message) from None
 
 
 def _same(current: Doc, desired: Doc) -> bool:

@@ -108,6 +108,24 @@ def test_the_operator_cli(tmp_path: Path, endpoint: EndpointRecorder) -> None:
         status = ferry("subscriptions", "status", "cli-c")
         assert status.returncode == 0 and f"warning: topic 'missing-{topic}' does not exist (yet)" in status.stderr
 
+        # a plan is applied whole or not at all: one document the portal refuses changes nothing
+        bad = tmp_path / "bad"
+        bad.mkdir()
+        (bad / "1-good.yaml").write_text(f"name: cli-d\ntopics: [{topic}]\nendpoint: {{url: {endpoint.url}}}\n")
+        (bad / "2-refused.yaml").write_text(
+            f"name: cli-e\ntopics: [{topic}]\nendpoint: {{url: {endpoint.url}}}\nclusters: [default, dc9]\n"
+        )
+        refused_plan = ferry("apply", "-f", str(bad))
+        assert refused_plan.returncode == 1, refused_plan.stdout + refused_plan.stderr
+        assert "cli-e: clusters[1]: " in refused_plan.stderr and "nothing changed" in refused_plan.stderr
+        assert "+ create" not in refused_plan.stdout
+        assert ferry("subscriptions", "get", "cli-d").returncode == 3
+        (bad / "2-refused.yaml").write_text(f"name: cli-e\ntopics: [{topic}]\nendpoint: {{url: ftp://x}}\n")
+        assert ferry("apply", "-f", str(bad)).returncode == 1  # a bad document, caught before the portal
+        (bad / "2-refused.yaml").write_text(f"name: cli-d\ntopics: [{topic}]\nendpoint: {{url: {endpoint.url}}}\n")
+        assert ferry("apply", "-f", str(bad)).returncode == 1  # a name defined twice
+        assert ferry("apply", "-f", str(bad / "missing.yaml")).returncode == 2  # usage
+
         # a transaction in doubt, resolved by hand
         prepared = httpx.post(
             f"{s['gateway_url']}/api/v1/transactions",
