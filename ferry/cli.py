@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -18,8 +19,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", help="ferry.toml with settings (environment variables win)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # `ferry worker --config f.toml` as well as `ferry --config f.toml worker`
+    settings = argparse.ArgumentParser(add_help=False)
+    settings.add_argument("--config", default=argparse.SUPPRESS, help="ferry.toml with settings (env wins)")
 
-    dev = sub.add_parser("dev", help="start the whole embedded stack on this machine")
+    def service(name: str, help: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, parents=[settings])
+
+    dev = service("dev", "start the whole embedded stack on this machine")
     dev.add_argument("--workers", type=int, default=2, help="number of workers (default 2)")
     dev.add_argument("--portal-port", type=int, default=8080, help="portal port (0 = free port; default 8080)")
     dev.add_argument("--gateway-port", type=int, default=8081, help="gateway port (0 = free port; default 8081)")
@@ -37,23 +44,23 @@ def _parser() -> argparse.ArgumentParser:
         help="create this topic in the broker (default 1 partition; repeatable)",
     )
 
-    sub.add_parser("coordinator", help="run a coordinator (one leader is elected among all)")
-    worker = sub.add_parser("worker", help="run a worker")
+    service("coordinator", "run a coordinator (one leader is elected among all)")
+    worker = service("worker", "run a worker")
     worker.add_argument(
         "--assignment",
         help="JSON file with a static assignment (subscriptions and partitions) instead of ZooKeeper",
     )
-    sub.add_parser("portal", help="run the portal: REST API and web UI")
-    sub.add_parser("gateway", help="run a gateway: produce to Kafka over HTTP")
-    sub.add_parser("migrate", help="apply database migrations to FERRY_DB_URL (idempotent)")
+    service("portal", "run the portal: REST API and web UI")
+    service("gateway", "run a gateway: produce to Kafka over HTTP")
+    service("migrate", "apply database migrations to FERRY_DB_URL (idempotent)")
 
-    replay = sub.add_parser("replay", help="Spark offset replay: timelines, handoffs, report")
+    replay = service("replay", "Spark offset replay: timelines, handoffs, report")
     replay.add_argument("--out", required=True, help="output directory")
     replay.add_argument("--subscription", help="only this subscription")
     replay.add_argument("--since", help="only records at or after this time (ISO 8601 or epoch ms)")
     replay.add_argument("--until", help="only records before this time (ISO 8601 or epoch ms)")
 
-    sub.add_parser("config", help="print the effective settings, secrets masked")
+    service("config", "print the effective settings, secrets masked")
 
     from ferry.client import commands as client_commands
 
@@ -62,6 +69,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `ferry subscriptions list | head`: the reader left, not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     from ferry.client import commands as client_commands
 

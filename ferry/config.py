@@ -508,6 +508,8 @@ def describe(settings: Settings) -> dict[str, Any]:
             }
         elif s.secret and value:
             value = mask_url_password(value) if s.env == "FERRY_DB_URL" else "***"
+        elif s.env == "FERRY_WORKER_ID" and not value:
+            value = f"{socket.gethostname()}-<pid>"  # each worker process fills in its own pid
         out[s.env] = value
     return out
 

@@ -1,4 +1,4 @@
-"""Every client command the parser knows is dispatched to the client, and nothing else is."""
+"""The console script's parser: client commands dispatched from one table, settings options."""
 
 from __future__ import annotations
 
@@ -25,3 +25,17 @@ def test_service_commands_are_not_client_commands() -> None:
     action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     assert set(action.choices) == services | commands.NAMES
     assert not services & commands.NAMES
+
+
+def test_config_may_follow_the_command() -> None:
+    parser = cli._parser()
+    assert parser.parse_args(["worker", "--config", "f.toml"]).config == "f.toml"
+    assert parser.parse_args(["--config", "f.toml", "worker"]).config == "f.toml"
+    assert parser.parse_args(["worker"]).config is None
+
+
+def test_config_shows_how_the_worker_id_is_made() -> None:
+    from ferry import config
+
+    assert config.describe(config.load(env={}))["FERRY_WORKER_ID"].endswith("-<pid>")
+    assert config.describe(config.load(env={"FERRY_WORKER_ID": "w1"}))["FERRY_WORKER_ID"] == "w1"
