@@ -143,6 +143,12 @@ async def _body(request: Request) -> tuple[Any, bytes]:
 
 
 def _allowed(request: Request, topic: str) -> None:
+    if topic.startswith("__"):
+        raise ApiError(
+            403,
+            f"topic {topic!r} is internal to Kafka or Ferry (a name starting with '__'): nobody produces to it",
+            "topic",
+        )
     if not request.principal.may_produce(topic):
         raise ApiError(403, f"this token may not produce to topic {topic!r}", "topic")
 

@@ -250,6 +250,18 @@ def test_tokens_and_topic_patterns(gateway: ServiceProcess, kafka_bootstrap: str
         admin = c.post(f"/api/v1/topics/{topic_name}/records", json=body, headers={"Authorization": f"Bearer {ADMIN}"})
         health = c.get("/healthz")
         spec = c.get("/api/v1/openapi.json", headers={"Authorization": f"Bearer {ADMIN}"})
+        internal = c.post(
+            "/api/v1/topics/__ferry_offsets/records", json=body, headers={"Authorization": f"Bearer {ADMIN}"}
+        )
+        seed_internal = c.post(
+            "/v1/kafka/send",
+            json={"topic": "__consumer_offsets", "payload": "x"},
+            headers={"Authorization": f"Bearer {ADMIN}"},
+        )
+    assert (
+        internal.status_code == 403 and internal.json()["field"] == "topic" and "internal" in internal.json()["error"]
+    )
+    assert seed_internal.status_code == 403 and seed_internal.json()["code"] != 0
     assert none.status_code == 401 and wrong.status_code == 401
     assert read_only.status_code == 403 and other.status_code == 403 and other.json()["field"] == "topic"
     assert allowed.status_code == 200 and admin.status_code == 200
