@@ -167,6 +167,8 @@ def subscriptions(c: Client, args: argparse.Namespace) -> int:
     elif args.action == "status":
         st = c.call("GET", base + "/status")
         cols = ["topic", "partition", "worker", "committed", "high_watermark", "lag", "in_flight", "dead_lettered"]
+        if any(row.get("cluster", "default") != "default" for row in st["partitions"]):
+            cols.insert(0, "cluster")  # several Kafka clusters: the same topic/partition once per cluster
         print(render(st, args.output, cols, st["partitions"]))
         if args.output == "table":
             if st.get("concurrency"):

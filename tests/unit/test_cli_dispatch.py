@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+import pytest
 
 from ferry import cli
 from ferry.client import commands
@@ -39,3 +42,27 @@ def test_config_shows_how_the_worker_id_is_made() -> None:
 
     assert config.describe(config.load(env={}))["FERRY_WORKER_ID"].endswith("-<pid>")
     assert config.describe(config.load(env={"FERRY_WORKER_ID": "w1"}))["FERRY_WORKER_ID"] == "w1"
+
+
+class _Portal:
+    """A client whose portal answers one status document."""
+
+    def __init__(self, status: dict[str, Any]) -> None:
+        self.status = status
+
+    def call(self, method: str, path: str, **_: Any) -> Any:
+        assert (method, path) == ("GET", "/api/v1/subscriptions/s/status")
+        return self.status
+
+
+def _row(cluster: str, partition: int) -> dict[str, Any]:
+    return {"topic": "a", "partition": partition, "cluster": cluster, "worker": "w", "committed": 1}
+
+
+def test_status_shows_the_cluster_column_only_with_several_clusters(capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(action="status", name="s", output="table")
+    commands.subscriptions(_Portal({"partitions": [_row("default", 0)]}), args)  # type: ignore[arg-type]
+    assert capsys.readouterr().out.split()[0] == "TOPIC"
+    commands.subscriptions(_Portal({"partitions": [_row("default", 0), _row("dc2", 0)]}), args)  # type: ignore[arg-type]
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:2] == ["CLUSTER", "TOPIC"] and [ln.split()[0] for ln in lines[1:3]] == ["default", "dc2"]
