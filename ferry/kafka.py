@@ -102,7 +102,7 @@ def partition_counts(
     try:
         meta = client.list_topics(timeout=timeout_s)
     except KafkaException as exc:
-        raise KafkaUnavailable(f"cannot list topics: {exc}") from None
+        raise KafkaUnavailable(f"cannot list topics: {exc.args[0].str() if exc.args else exc}") from None
     finally:
         client.poll(0)  # hand over the log lines of the call above
     out: dict[str, int] = {}

@@ -29,16 +29,14 @@ def _subscription(request: web.Request) -> Subscription:
     return request.app[OPS].subscription(request.match_info["name"])
 
 
-def _refs(request: web.Request, sub: Subscription) -> list[PartitionRef]:
-    return request.app[OPS].partitions(sub)
-
-
 async def status(request: web.Request) -> web.Response:
     sub = await asyncio.to_thread(_subscription, request)
     cluster = request.app[CLUSTER]
 
+    unreachable: list[str] = []
+
     def gather() -> list[dict[str, Any]]:
-        refs = _refs(request, sub)
+        refs = request.app[OPS].partitions(sub, unreachable)
         live = cluster.worker_stats()
         states: dict[PartitionRef, OffsetState | None] = {}
         rows = []
@@ -87,11 +85,12 @@ async def status(request: web.Request) -> web.Response:
     answer: dict[str, Any] = {"name": sub.name, "state": sub.state, "partitions": rows}
     if sub.concurrency is not None:
         answer["concurrency"] = await asyncio.to_thread(_adaptive, cluster, sub)
-    missing = [t for t in sub.topics if not any(r["topic"] == t for r in rows)]
-    if missing:
-        answer["warnings"] = [
-            f"topic {t!r} does not exist (yet): nothing is delivered until it is created" for t in missing
-        ]
+    # A topic without rows is missing only if every cluster could be asked about it.
+    missing = [] if unreachable else [t for t in sub.topics if not any(r["topic"] == t for r in rows)]
+    warnings = [*unreachable]
+    warnings += [f"topic {t!r} does not exist (yet): nothing is delivered until it is created" for t in missing]
+    if warnings:
+        answer["warnings"] = warnings
     return web.json_response(answer)
 
 

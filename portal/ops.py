@@ -26,7 +26,7 @@ from typing import Any, Protocol, cast
 
 from sqlalchemy.engine import Engine
 
-from ferry import db, log
+from ferry import db, kafka, log
 from ferry.clock import now_ms
 from ferry.config import Settings
 from ferry.errors import FerryError
@@ -103,16 +103,24 @@ class Operations:
                 raise OpError(404, f"no subscription named {name!r}", "name")
             return row.to_subscription()
 
-    def partitions(self, sub: Subscription) -> list[PartitionRef]:
+    def partitions(self, sub: Subscription, unreachable: list[str] | None = None) -> list[PartitionRef]:
         """Blocking. Every partition of the subscription: its topics in each of its (configured)
-        Kafka clusters, then its retry topic, in the default cluster."""
+        Kafka clusters, then its retry topic, in the default cluster. With ``unreachable``, a
+        cluster other than ``default`` whose topics cannot be listed now is left out and named
+        there (with why) instead of failing the whole answer."""
         configured = self.cluster.settings.kafka.cluster_names()
         out: list[PartitionRef] = []
         for kc in sub.clusters:
             if kc not in configured:
                 continue
             topics = [*sub.topics, sub.retry_topic] if kc == DEFAULT_CLUSTER else list(sub.topics)
-            counts = self.cluster.kafka_view(kc).partition_counts(topics)
+            try:
+                counts = self.cluster.kafka_view(kc).partition_counts(topics)
+            except kafka.KafkaUnavailable as exc:
+                if unreachable is None or kc == DEFAULT_CLUSTER:
+                    raise
+                unreachable.append(f"Kafka cluster {kc!r} cannot be read now ({exc}): its partitions are not shown")
+                continue
             out.extend(PartitionRef(sub.name, t, p, kc) for t in topics for p in range(counts.get(t, 0)))
         if DEFAULT_CLUSTER not in sub.clusters:
             counts = self.cluster.partition_counts([sub.retry_topic])

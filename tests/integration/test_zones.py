@@ -244,19 +244,26 @@ def test_a_frozen_cluster_does_not_pause_the_other(zones: Zones, own_broker: emb
     start(z, topic)
     load = Trickle(z.bootstrap["default"], topic, PARTS, rate=100, keys=16).start()
     frozen = False
+    api = z.portal()
     try:
         z.endpoint.wait_for(lambda rs: len(rs) > 50, timeout_s=30, what="records flowing")
         assert own_broker.proc is not None
         own_broker.kill(signal.SIGSTOP)
         frozen = True
         frozen_at = time.time()
-        until(lambda: time.time() > frozen_at + 10, timeout_s=15, what="10 s with dc2's broker frozen")
+        # The portal still shows the default cluster's partitions, and says why dc2's are missing.
+        status = api.get("/subscriptions/zones/status")
+        assert status.status_code == 200, status.text
+        assert {r["cluster"] for r in status.json()["partitions"]} == {"default"}
+        assert [w for w in status.json()["warnings"] if "'dc2' cannot be read now" in w], status.json()
+        until(lambda: time.time() > frozen_at + 10, timeout_s=30, what="10 s with dc2's broker frozen")
         own_broker.kill(signal.SIGCONT)
         frozen = False
         thawed_at = time.time()
     finally:
         if frozen:
             own_broker.kill(signal.SIGCONT)
+        api.close()
         confirmed = load.stop()
     z.endpoint.wait_for(
         lambda rs: {("default", p, o) for p, o in confirmed} <= {where(r) for r in rs if r.status == 200},
