@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 
 from ferry.worker.deadletter import DeadLetterSink
@@ -68,6 +69,11 @@ class Context:
     """Adaptive in-flight limits per endpoint origin (subscriptions with adaptive concurrency)."""
     deferrals: Deferrals | None = None
     """Where durable retries wait (the delay store); None: no delay store runs, retries wait in memory."""
+    dead_letters_in: Callable[[str], AbstractAsyncContextManager[DeadLetterSink]] | None = None
+    """The dead-letter sink of a Kafka cluster by name, held open while in use: for a copy in the
+    retry topic (``default``) of a record first read in another cluster, whose dead letter goes
+    to that cluster. Raises ``ConfigError`` for a cluster not configured, ``KafkaUnavailable``
+    when it does not answer. None (tests): such dead letters go to the partition's own cluster."""
     wall_clock: Callable[[], float] = time.time
     """Epoch seconds: when records are due, ``Retry-After`` dates, next-attempt times. Tests
     running the runner in virtual time pass the virtual clock."""

@@ -2,9 +2,12 @@
 
 A dead-letter record keeps the source record's key, value and headers and adds ``ferry-error``,
 ``ferry-attempts``, ``ferry-source-topic``, ``ferry-source-partition`` and
-``ferry-source-offset`` (docs/contract.md §4). It is produced with the idempotent producer and
-the source record counts as acknowledged only once the broker confirmed the dead letter; if the
-produce fails, the record stays unacknowledged and is retried later (never silently dropped).
+``ferry-source-offset`` (docs/contract.md §4), and ``ferry-source-cluster`` for a record of a
+Kafka cluster other than ``default`` (docs/zones.md). It goes to the dead-letter topic of the
+record's own cluster, also for a copy read from the retry topic (in ``default``). It is produced
+with the idempotent producer and the source record counts as acknowledged only once the broker
+confirmed the dead letter; if the produce fails, the record stays unacknowledged and is retried
+later (never silently dropped).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ferry import kafka, log
+from ferry.subscription import DEFAULT_CLUSTER
 from ferry.worker.producer import AsyncProducer
 from ferry.worker.push import Record
 
@@ -25,6 +29,7 @@ SOURCE_HEADERS = (
     "ferry-source-topic",
     "ferry-source-partition",
     "ferry-source-offset",
+    "ferry-source-cluster",
     # A durable retry's routing (worker/durable_retry.py): not part of the record.
     "ferry-retry-attempts",
     "ferry-deliver-at",
@@ -33,10 +38,15 @@ SOURCE_HEADERS = (
 
 
 def dead_letter_headers(
-    record: Record, error: str, attempts: int, source: tuple[bytes, bytes, bytes] | None = None
+    record: Record,
+    error: str,
+    attempts: int,
+    source: tuple[bytes, bytes, bytes] | None = None,
+    kafka_cluster: str = DEFAULT_CLUSTER,
 ) -> list[tuple[str, bytes | None]]:
     """``source``: where the record was first read, when that is not where this copy was read (a
-    redriven or durably retried record, read from its subscription's retry topic)."""
+    redriven or durably retried record, read from its subscription's retry topic);
+    ``kafka_cluster``: the Kafka cluster it was first read in."""
     # A redriven record already carries ferry-* headers from its first failure: replace them.
     own = [(k, v) for k, v in record.headers if k.lower() not in SOURCE_HEADERS]
     if source is None:
@@ -48,6 +58,7 @@ def dead_letter_headers(
         ("ferry-source-topic", source[0]),
         ("ferry-source-partition", source[1]),
         ("ferry-source-offset", source[2]),
+        *([] if kafka_cluster == DEFAULT_CLUSTER else [("ferry-source-cluster", kafka_cluster.encode())]),
     ]
 
 
@@ -64,16 +75,17 @@ class DeadLetterSink:
         error: str,
         attempts: int,
         source: tuple[bytes, bytes, bytes] | None = None,
+        kafka_cluster: str = DEFAULT_CLUSTER,
     ) -> None:
         if topic not in self._ready:
             # Brokers with auto-create off would make the produce wait forever: create it.
             await asyncio.to_thread(kafka.ensure_topic, self._cfg, topic, 1)
             self._ready.add(topic)
-        await self._producer.send(
-            topic, record.value, key=record.key, headers=dead_letter_headers(record, error, attempts, source)
-        )
+        headers = dead_letter_headers(record, error, attempts, source, kafka_cluster)
+        await self._producer.send(topic, record.value, key=record.key, headers=headers)
         _log.info(
             "record.dead_lettered",
+            cluster=kafka_cluster,
             topic=record.topic,
             partition=record.partition,
             offset=record.offset,

@@ -57,8 +57,11 @@ class DeliveryPort(Protocol):
     def acknowledged_many(self, records: list[Record], dead: bool) -> None:
         """Several settled records, ascending offsets, in one merge pass."""
 
+    def cluster_of(self, record: Record) -> str:
+        """The Kafka cluster the record belongs to (a copy in the retry topic: where it was first read)."""
+
     async def dead_letter(self, record: Record, reason: str, attempts: int) -> None:
-        """Write the record's dead letter; returns once it is safe (retries until then)."""
+        """Write the record's dead letter in its own cluster; returns once it is safe (retries until then)."""
 
 
 class Delivery(Protocol):

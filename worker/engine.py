@@ -16,7 +16,8 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ferry import log
@@ -29,6 +30,7 @@ from ferry.worker import tracing
 from ferry.worker.backpressure import Gate, consume_batch
 from ferry.worker.blocking import close_within
 from ferry.worker.context import Context, Lease
+from ferry.worker.deadletter import DeadLetterSink
 from ferry.worker.durable_retry import Deferrals
 from ferry.worker.fetch import TP, Batch, Fetcher
 from ferry.worker.kafka_clusters import ClusterClients, close_cluster, open_cluster
@@ -83,6 +85,8 @@ class Engine:
         self._clusters: dict[str, ClusterClients] = {}
         """The clients of each Kafka cluster this worker serves (``default`` always)."""
         self._opening: dict[str, asyncio.Future[ClusterClients]] = {}
+        self._lent: Counter[str] = Counter()
+        """Clusters whose dead-letter sink a partition is using now (see :meth:`_dead_letters_in`)."""
         self._flush_task: asyncio.Task[None] | None = None
         self._expected = 0
         """How many partitions the worker's source means this engine to own (see :meth:`expect`)."""
@@ -132,6 +136,7 @@ class Engine:
                 self.settings.worker.prefetch_bytes, self.settings.worker.prefetch_budget_bytes, self._expected
             ),
             gates=Gates(on_new=self._export_gate),
+            dead_letters_in=self._dead_letters_in,
             deferrals=(
                 Deferrals(self.settings.kafka.client_config(), self._producer, self.settings.kafka.delay_topic)
                 if self.settings.coordinator.internal_work
@@ -264,10 +269,28 @@ class Engine:
         self._clusters.setdefault(name, clients)
         return self._clusters[name]
 
+    @contextlib.asynccontextmanager
+    async def _dead_letters_in(self, name: str) -> AsyncIterator[DeadLetterSink]:
+        """The dead-letter sink of cluster ``name``, for a record of it read from the retry topic
+        (in ``default``) by a worker that may own none of its partitions: opened if needed, never
+        closed while in use, then closed with the cluster's other clients once a release finds
+        the worker owns none of its partitions."""
+        clients = await self._cluster(name)
+        self._lent[name] += 1
+        try:
+            yield clients.dead_letters
+        finally:
+            self._lent[name] -= 1
+            if not self._lent[name]:
+                del self._lent[name]
+
     async def _close_unused_clusters(self) -> None:
-        """Close the clients of every cluster but ``default`` this worker owns no partition of."""
-        used = {ref.cluster for ref in self._runners}
-        for name in [n for n in self._clusters if n != DEFAULT_CLUSTER and n not in used]:
+        """Close the clients of every cluster but ``default`` this worker owns no partition of
+        and sends no dead letter to."""
+        for name in [n for n in self._clusters if n != DEFAULT_CLUSTER]:
+            # Checked per cluster: closing the previous one awaited, a partition or a dead letter may use it now.
+            if name in self._lent or any(ref.cluster == name for ref in self._runners):
+                continue
             clients = self._clusters.pop(name)
             await close_cluster(clients, 0.0 if self.kafka_unconfirmed else CLOSE_GRACE_S)
 

@@ -24,6 +24,8 @@ from typing import Any
 
 from ferry import log
 from ferry.clock import now_ms
+from ferry.errors import ConfigError
+from ferry.kafka import KafkaUnavailable
 from ferry.offsets import OffsetState
 from ferry.subscription import PartitionRef, Subscription
 from ferry.worker import admission, durable_retry
@@ -217,16 +219,53 @@ class PartitionRunner:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def cluster_of(self, record: Record) -> str:
+        """The Kafka cluster ``record`` belongs to: its partition's, or for a copy in the retry
+        topic (always in ``default``), the cluster it was first read in (``ferry-source-cluster``)."""
+        if record.topic == self.sub.retry_topic:
+            return durable_retry.source_cluster(record, self.ref.cluster)
+        return self.ref.cluster
+
     async def dead_letter(self, record: Record, reason: str, attempts: int) -> None:
+        """Dead-letter ``record`` in its own Kafka cluster (:meth:`cluster_of`); returns once the
+        broker confirmed it, trying again until then."""
         delay_s = 0.5
         source = durable_retry.source_of(record) if record.topic == self.sub.retry_topic else None
+        kafka_cluster = self.cluster_of(record)
+        elsewhere = kafka_cluster != self.ref.cluster and self.ctx.dead_letters_in is not None
         while True:
             try:
-                await self.dead_letters.send(self.sub.dead_letter_topic, record, reason, attempts, source)
+                if elsewhere:
+                    assert self.ctx.dead_letters_in is not None
+                    async with self.ctx.dead_letters_in(kafka_cluster) as sink:
+                        await sink.send(self.sub.dead_letter_topic, record, reason, attempts, source, kafka_cluster)
+                else:
+                    await self.dead_letters.send(
+                        self.sub.dead_letter_topic, record, reason, attempts, source, kafka_cluster
+                    )
                 return
-            except ProduceFailed as exc:
+            except ConfigError as exc:
+                # The record's cluster left FERRY_KAFKA_CLUSTERS: keep the dead letter here, its
+                # ferry-source-cluster header still naming that cluster.
+                _log.error(
+                    "dead_letter.unknown_cluster",
+                    subscription=self.sub.name,
+                    offset=record.offset,
+                    cluster=kafka_cluster,
+                    dead_letter_cluster=self.ref.cluster,
+                    error=str(exc),
+                    hint="give every worker the same FERRY_KAFKA_CLUSTERS as the portal that redrove the record",
+                )
+                elsewhere = False
+            except (ProduceFailed, KafkaUnavailable) as exc:
                 # Not acknowledged until the dead letter is safe: keep trying, holding only this key.
-                _log.error("dead_letter.failed", subscription=self.sub.name, offset=record.offset, error=str(exc))
+                _log.error(
+                    "dead_letter.failed",
+                    subscription=self.sub.name,
+                    offset=record.offset,
+                    cluster=kafka_cluster,
+                    error=str(exc),
+                )
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 30)
 

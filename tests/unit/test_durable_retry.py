@@ -5,6 +5,8 @@ instead of holding it — its partition's watermark moves on at once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,19 +146,39 @@ class Store:
     sent: list[tuple[float, int, int, int]] = field(default_factory=list)  # (t, offset, attempts, due in ms from t)
     copies: list[Record] = field(default_factory=list)
 
-    async def send(self, sub: Subscription, record: Record, attempts: int, due_ms: int) -> None:
+    async def send(
+        self, sub: Subscription, record: Record, attempts: int, due_ms: int, kafka_cluster: str = "default"
+    ) -> None:
         if self.refuse:
             raise ProduceFailed("broker down")
         import time
 
         self.sent.append((asyncio.get_running_loop().time(), record.offset, attempts, due_ms - int(time.time() * 1000)))
-        headers = durable_retry.deferred_headers(record, sub.retry_topic, attempts, due_ms)
+        headers = durable_retry.deferred_headers(record, sub.retry_topic, attempts, due_ms, kafka_cluster)
         self.copies.append(Record(sub.retry_topic, 0, len(self.copies), record.key, record.value, headers, 0))
 
 
-def durable_run(keys: list[str], script: dict[str, list[int]], store: Store, rounds: int = 1) -> dict[str, Any]:
-    """Feed the records; then, ``rounds`` times, feed the retry topic's runner what was deferred
-    (as the delay store would deliver it)."""
+@dataclass
+class Sinks:
+    """Stand-ins for each other Kafka cluster's dead-letter sink, as the engine lends them."""
+
+    sinks: dict[str, DeadLetters] = field(default_factory=dict)
+
+    @contextlib.asynccontextmanager
+    async def lend(self, name: str) -> AsyncIterator[DeadLetters]:
+        yield self.sinks.setdefault(name, DeadLetters())
+
+
+def durable_run(
+    keys: list[str],
+    script: dict[str, list[int]],
+    store: Store,
+    rounds: int = 1,
+    kafka_cluster: str = "default",
+    sinks: Sinks | None = None,
+) -> dict[str, Any]:
+    """Feed the records (of a partition in ``kafka_cluster``); then, ``rounds`` times, feed the
+    retry topic's runner (in ``default``) what was deferred (as the delay store would deliver it)."""
     sub = parse(DURABLE)
     endpoint, dead = Endpoint(script), DeadLetters()
     out: dict[str, Any] = {"endpoint": endpoint, "dead": dead}
@@ -169,7 +191,9 @@ def durable_run(keys: list[str], script: dict[str, list[int]], store: Store, rou
 
     async def main() -> None:
         ctx = Context("w1", endpoint, dead, WorkerMetrics(), Lease(), 10_000, 1 << 30, deferrals=store)  # type: ignore[arg-type]
-        runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda _: None)
+        if sinks is not None:
+            ctx.dead_letters_in = sinks.lend  # type: ignore[assignment]
+        runner = PartitionRunner(PartitionRef("s", "t", 0, kafka_cluster), sub, 1, ctx, None, lambda _: None)
         runner.feed([Record("t", 0, i, k.encode(), b"v", [], 0) for i, k in enumerate(keys)], len(keys), None)
         await settle(runner, len(keys))
         out["committed"] = runner.merge.committed if runner.merge else None
@@ -215,3 +239,48 @@ def test_when_the_delay_store_refuses_the_record_waits_in_memory() -> None:
     out = durable_run(["x"], {"x": [503, 503]}, store, rounds=0)
     assert store.sent == [] and out["committed"] == 1
     assert [a for _, k, _, a in out["endpoint"].pushes] == [1, 2, 3] and out["source"] == (1, 0, 2)
+
+
+# --- records of another Kafka cluster (docs/zones.md) ------------------------------------------
+
+
+def test_a_retried_copy_of_another_clusters_record_keeps_its_cluster_and_dead_letters_there() -> None:
+    """dc2's record waits in the retry topic of ``default``: its copy says dc2, so it is pushed
+    with ``ce-kafkacluster: dc2`` (not taken for default's record of the same id) and its dead
+    letter goes to dc2's dead-letter topic, not to default's."""
+    store, sinks = Store(), Sinks()
+    out = durable_run(["x"], {"x": [503] * 10}, store, rounds=2, kafka_cluster="dc2", sinks=sinks)
+    assert [dict(c.headers)[durable_retry.CLUSTER_HEADER] for c in store.copies] == [b"dc2", b"dc2"]
+    assert out["endpoint"].kafka_clusters == ["dc2", "dc2", "dc2"]
+    assert out["dead"].sent == []  # nothing in default's dead-letter topic
+    assert [a for _, _, a in sinks.sinks["dc2"].sent] == [3] and sinks.sinks["dc2"].kafka_clusters == ["dc2"]
+
+
+def test_the_default_clusters_copies_look_as_before() -> None:
+    store, sinks = Store(), Sinks()
+    out = durable_run(["x"], {"x": [503] * 10}, store, rounds=2, sinks=sinks)
+    assert all(durable_retry.CLUSTER_HEADER not in dict(c.headers) for c in store.copies)
+    assert out["endpoint"].kafka_clusters == ["default"] * 3
+    assert [a for _, _, a in out["dead"].sent] == [3] and sinks.sinks == {}
+
+
+@pytest.mark.parametrize(
+    ("value", "cluster"),
+    [
+        (b"dc2", "dc2"),
+        (None, "default"),
+        (b"", "default"),
+        (b"DC2\r\nx-evil: 1", "default"),  # never reaches an endpoint as a header
+        (b"\xff", "default"),
+    ],
+)
+def test_the_source_cluster_of_a_copy(value: bytes | None, cluster: str) -> None:
+    headers = [] if value is None else [(durable_retry.CLUSTER_HEADER, value)]
+    assert durable_retry.source_cluster(rec("s.retry", 0, headers)) == cluster
+
+
+def test_a_dead_letter_names_a_cluster_other_than_default_once() -> None:
+    copy = rec("s.retry", 0, [(durable_retry.CLUSTER_HEADER, b"dc2"), ("app", b"1")])
+    headers = dead_letter_headers(copy, "HTTP 400", 1, None, "dc2")
+    assert [v for k, v in headers if k == durable_retry.CLUSTER_HEADER] == [b"dc2"]
+    assert durable_retry.CLUSTER_HEADER not in dict(dead_letter_headers(rec("t", 0, []), "HTTP 400", 1))

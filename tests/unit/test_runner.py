@@ -32,12 +32,15 @@ class Endpoint:
 
     script: dict[str, list[int]]
     pushes: list[tuple[float, str, int, int]] = field(default_factory=list)  # (t, key, offset, attempt)
+    kafka_clusters: list[str] = field(default_factory=list)
+    """Each push's ``ce-kafkacluster`` (``default``: none), in push order."""
 
     cluster = "default"
 
     async def push(self, sub: Subscription, record: Record, attempt: int, kafka_cluster: str = "default") -> PushResult:
         key = (record.key or b"").decode()
         self.pushes.append((asyncio.get_running_loop().time(), key, record.offset, attempt))
+        self.kafka_clusters.append(kafka_cluster)
         await asyncio.sleep(LATENCY_S)
         answers = self.script.get(f"{key}@{record.offset}", self.script.get(key, []))
         status = answers[attempt - 1] if attempt <= len(answers) else 200
@@ -47,9 +50,14 @@ class Endpoint:
 @dataclass
 class DeadLetters:
     sent: list[tuple[int, str, int]] = field(default_factory=list)  # (offset, reason, attempts)
+    kafka_clusters: list[str] = field(default_factory=list)
+    """The cluster each dead letter names as its record's (``ferry-source-cluster``)."""
 
-    async def send(self, topic: str, record: Record, error: str, attempts: int, source: Any = None) -> None:
+    async def send(
+        self, topic: str, record: Record, error: str, attempts: int, source: Any = None, kafka_cluster: str = "default"
+    ) -> None:
         self.sent.append((record.offset, error, attempts))
+        self.kafka_clusters.append(kafka_cluster)
 
 
 def scenario(
