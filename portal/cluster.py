@@ -33,6 +33,9 @@ HINT_TIMEOUT_S = 3.0
 """A partition end read from a hint that gives nothing for this long is read from its beginning."""
 
 
+SOURCE_CLUSTER_HEADER = "ferry-source-cluster"
+"""On a dead letter or a retry-topic record: the Kafka cluster its record was first read in (absent:
+``default``), as the worker writes it (docs/zones.md)."""
 REDRIVE_MEMORY = 10_000
 """Redriven dead letters remembered per retry-topic partition (older ones could be redriven again)."""
 
@@ -331,7 +334,10 @@ class Cluster:
     ) -> tuple[int, int]:
         """Produce dead letters to the subscription's own retry topic (never to a shared source
         topic), each once: (redriven now, skipped because redriven before). The retry topic is in
-        this (the default) cluster, whichever cluster the dead letters were read from."""
+        this (the default) cluster, whichever cluster the dead letters were read from: a copy of a
+        dead letter of ``source_cluster`` other than ``default`` carries ``ferry-source-cluster``,
+        so the worker pushes it with that cluster's ``ce-kafkacluster`` and dead-letters it there
+        again (docs/zones.md). A dead letter that names its cluster itself keeps that one."""
         counts = kafka.partition_counts(self.cfg, [sub.dead_letter_topic])
         kafka.ensure_topic(self.cfg, sub.retry_topic, max(1, counts.get(sub.dead_letter_topic, 1)))
         before = self.redriven(sub)
@@ -341,7 +347,14 @@ class Cluster:
             where = redrive_mark(m, source_cluster)
             if where in before:
                 continue
-            headers = [*cast(list[Any], m.headers() or []), ("ferry-redriven-from", where.encode())]
+            own = cast(list[tuple[str, Any]], m.headers() or [])
+            first_read = next((v for k, v in own if k == SOURCE_CLUSTER_HEADER and v), None)
+            headers = [(k, v) for k, v in own if k != SOURCE_CLUSTER_HEADER]
+            if first_read is not None:
+                headers.append((SOURCE_CLUSTER_HEADER, first_read))
+            elif source_cluster != DEFAULT_CLUSTER:
+                headers.append((SOURCE_CLUSTER_HEADER, source_cluster.encode()))
+            headers.append(("ferry-redriven-from", where.encode()))
             p.produce(sub.retry_topic, key=m.key(), value=m.value(), headers=headers)
             sent += 1
         if p.flush(30) != 0:

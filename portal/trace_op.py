@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from ferry import filters, trace
 from ferry.filters.attributes import RecordAttributes
-from ferry.portal.cluster import Cluster
+from ferry.portal.cluster import SOURCE_CLUSTER_HEADER, Cluster
 from ferry.subscription import DEFAULT_CLUSTER, PartitionRef, Subscription
 
 DLQ_LOOKUP = 10_000
@@ -49,7 +49,7 @@ def trace_record(
     dead = None
     filtered = False
     if log_start <= offset < log_end and trace.acknowledged(offset, committed, acked):
-        dead = _dead_letter(cluster, sub, topic, partition, offset)
+        dead = _dead_letter(cluster, sub, topic, partition, offset, kafka_cluster)
         if dead is None and sub.filter is not None:
             filtered = _filtered(cluster, sub, topic, partition, offset)
     answer = trace.decide(
@@ -69,13 +69,16 @@ def trace_record(
 
 
 def _dead_letter(
-    cluster: Cluster, sub: Subscription, topic: str, partition: int, offset: int
+    cluster: Cluster, sub: Subscription, topic: str, partition: int, offset: int, kafka_cluster: str
 ) -> trace.DeadLetter | None:
+    """The record's dead letter in its cluster's dead-letter topic. One that names another source
+    cluster (``ferry-source-cluster``) is another record with the same topic, partition and offset."""
     want = {"ferry-source-topic": topic.encode(), "ferry-source-partition": str(partition).encode()}
     want["ferry-source-offset"] = str(offset).encode()
+    mine = kafka_cluster.encode()
     for m in reversed(cluster.last_records(sub.dead_letter_topic, DLQ_LOOKUP)):
         headers = cast(dict[str, bytes], dict(cast(list[Any], m.headers() or [])))
-        if all(headers.get(k) == v for k, v in want.items()):
+        if all(headers.get(k) == v for k, v in want.items()) and headers.get(SOURCE_CLUSTER_HEADER, mine) == mine:
             attempts = headers.get("ferry-attempts") or b"0"
             error = headers.get("ferry-error") or b""
             return trace.DeadLetter(int(attempts), error.decode("utf-8", "replace"))

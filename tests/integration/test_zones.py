@@ -8,6 +8,9 @@ over both clusters.
   nothing is lost; the dc2 workers return: the partitions move back, and no record acknowledged
   before that is pushed again.
 - The dc2 broker frozen for 10 s: the default cluster's records keep flowing without a pause.
+- A dc2 record retried through the retry topic (in ``default``), durably or redriven from its dead
+  letter, stays dc2's: pushed with ``ce-kafkacluster: dc2`` and its original ``ce-id`` (which
+  default's record at the same place also has), dead-lettered again in dc2, never in default.
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from ferry import zkpaths
+from ferry import kafka, zkpaths
 from ferry.devstack import embedded
 from tests.chaos.harness import socket_owner
-from tests.support.cluster import Cluster, HealthProcess
+from tests.support.cluster import Cluster, HealthProcess, internal_work_env
 from tests.support.endpoint import EndpointRecorder, Received, Reply
 from tests.support.kafka import create_topic, produce
 from tests.support.load import Trickle
@@ -41,9 +45,11 @@ ADMIN = "zones-admin"
 class Zones:
     """A Ferry cluster whose workers live in dc1 and dc2, with their pushes told apart."""
 
-    def __init__(self, tmp: Path, zk: str, default: str, dc2: str, endpoint: EndpointRecorder) -> None:
+    def __init__(self, tmp: Path, zk: str, default: str, dc2: str, endpoint: EndpointRecorder, **env: str) -> None:
         clusters = {"dc2": {"bootstrap": dc2, "zone": "dc2"}}
-        self.c = Cluster(tmp, zk, default, FERRY_KAFKA_CLUSTERS=json.dumps(clusters), FERRY_DEFAULT_KAFKA_ZONE="dc1")
+        self.c = Cluster(
+            tmp, zk, default, FERRY_KAFKA_CLUSTERS=json.dumps(clusters), FERRY_DEFAULT_KAFKA_ZONE="dc1", **env
+        )
         self.bootstrap = {"default": default, "dc2": dc2}
         self.workers: dict[str, HealthProcess] = {}
         self.endpoint = endpoint
@@ -305,6 +311,14 @@ def test_the_portal_shows_zones_and_clusters(zones: Zones) -> None:
         assert api.get(f"/subscriptions/zones/records/{topic}/0/0").json()["cluster"] == "default"
         unknown = api.get(f"/subscriptions/zones/records/{topic}/0/0", params={"cluster": "dc9"})
         assert unknown.status_code == 404 and unknown.json()["field"] == "cluster"
+        assert "reads only: default, dc2" in unknown.json()["error"]
+        # A wrong type or an unknown field is refused, never taken for "every cluster".
+        wrong = api.post("/subscriptions/zones/dead-letters/replay", json={"cluster": 5})
+        assert (wrong.status_code, wrong.json()["field"]) == (400, "cluster")
+        extra = api.post("/subscriptions/zones/reset", json={"to": "latest", "clusters": "dc2"})
+        assert (extra.status_code, extra.json()["field"]) == (400, "clusters")
+        elsewhere = api.post("/subscriptions/zones/reset", json={"to": "latest", "cluster": "dc9"})
+        assert (elsewhere.status_code, elsewhere.json()["field"]) == (404, "cluster")
         # The dead letter is in dc2's dead-letter topic, not in default's; redriven once.
         until(
             lambda: api.get("/subscriptions/zones/dead-letters", params={"cluster": "dc2"}).json()["dead_letters"],
@@ -320,7 +334,98 @@ def test_the_portal_shows_zones_and_clusters(zones: Zones) -> None:
         z.endpoint.wait_for(
             lambda rs: sum(1 for r in rs if r.key == "poison") >= 2, timeout_s=30, what="the redriven record pushed"
         )
+        # Read from the retry topic in default by a dc1 worker, it is still dc2's record: same id,
+        # same cluster, and it fails into dc2's dead-letter topic again.
+        first, redriven = [r for r in z.endpoint.received if r.key == "poison"][:2]
+        assert (redriven.ce_id, cluster_of(redriven)) == (first.ce_id, "dc2") == (f"{topic}/1/2", "dc2")
+        assert redriven.headers["ce-kafkatopic"] == "zones.retry" and redriven.pusher in {"a1", "a2"}
+        two = until(
+            lambda: (
+                d
+                if len(
+                    d := api.get("/subscriptions/zones/dead-letters", params={"cluster": "dc2"}).json()["dead_letters"]
+                )
+                == 2
+                else None
+            ),
+            timeout_s=20,
+            what="the redriven record dead-lettered in dc2 again",
+        )
+        assert [(d["source_topic"], d["source_partition"], d["source_offset"]) for d in two] == [(topic, 1, 2)] * 2
+        assert api.get("/subscriptions/zones/dead-letters").json()["dead_letters"] == []
+        traced = api.get(f"/subscriptions/zones/records/{topic}/1/2", params={"cluster": "dc2"}).json()
+        assert traced["state"] == "dead_lettered"
+        assert api.get(f"/subscriptions/zones/records/{topic}/1/2").json()["state"] != "dead_lettered"
+        # A reset of one cluster moves only that cluster's partitions.
+        only = api.post("/subscriptions/zones/reset", json={"to": "latest", "cluster": "dc2"}, timeout=90)
+        assert only.status_code == 200, only.text
+        assert {(p.get("cluster"), p["topic"]) for p in only.json()["partitions"]} == {("dc2", topic)}
         bad = {"name": "bad", "topics": [topic], "endpoint": {"url": z.endpoint.url}, "clusters": ["default", "dc3"]}
         refused = api.post("/subscriptions", json=bad)
         assert refused.status_code == 400 and refused.json()["field"] == "clusters[1]"
         assert "FERRY_KAFKA_CLUSTERS" in refused.json()["error"]
+
+
+def test_retries_through_the_retry_topic_keep_the_records_cluster(
+    tmp_path: Path,
+    zk_connect: str,
+    kafka_bootstrap: str,
+    own_broker: embedded.ServiceProcess,
+    endpoint: EndpointRecorder,
+) -> None:
+    """The record at ``<topic>/0/0`` exists in both clusters. dc2's never succeeds: its durable
+    retry and its redrive, both read from ``<sub>.retry`` in default, are pushed as dc2's and
+    dead-lettered in dc2; default's record at the same place is delivered once and never
+    dead-lettered."""
+    dc2 = f"127.0.0.1:{own_broker.port}"
+    z = Zones(tmp_path, zk_connect, kafka_bootstrap, dc2, endpoint, **internal_work_env())
+    try:
+        topic = f"zr-{secrets.token_hex(3)}"
+        for bootstrap in z.bootstrap.values():
+            create_topic(bootstrap, topic, 1)
+        endpoint.script = lambda r: Reply(503) if r.key == "never" else Reply(200)
+        z.c.add_subscription(
+            {
+                "name": "zr",
+                "topics": [topic],
+                "endpoint": {"url": endpoint.url},
+                "clusters": ["default", "dc2"],
+                "ordering": "none",
+                "retry": {"mode": "durable", "max_attempts": 2, "initial_backoff_ms": 200, "max_backoff_ms": 200},
+            }
+        )
+        z.c.coordinator()
+        z.worker("a1", "dc1").wait_ready(60)  # no dc2 worker: dc2's partition is planned on a1
+        produce(kafka_bootstrap, topic, [(b"fine", b"d", 0)])
+        produce(dc2, topic, [(b"never", b"x", 0)])
+
+        def dead_letters(cluster: str) -> list[Any]:
+            got: list[Any] = []
+            kafka.read_to_end({"bootstrap.servers": z.bootstrap[cluster]}, "zr.dlq", got.append)
+            return got
+
+        dead = until(lambda: dead_letters("dc2"), timeout_s=60, what="dc2's record dead-lettered in dc2")
+        pushes = [r for r in endpoint.received if r.key == "never"]
+        assert [(r.ce_id, cluster_of(r), r.attempt, r.headers["ce-kafkatopic"]) for r in pushes] == [
+            (f"{topic}/0/0", "dc2", 1, topic),
+            (f"{topic}/0/0", "dc2", 2, "zr.retry"),  # the durable retry, from default's retry topic
+        ]
+        headers = dict(dead[0].headers())
+        assert (headers["ferry-source-topic"], headers["ferry-source-offset"]) == (topic.encode(), b"0")
+        assert headers["ferry-source-cluster"] == b"dc2"
+
+        endpoint.script = lambda r: Reply(400) if r.key == "never" else Reply(200)
+        with z.portal() as api:
+            assert api.post("/subscriptions/zr/dead-letters/replay", json={"cluster": "dc2"}).json()["replayed"] == 1
+            endpoint.wait_for(lambda rs: sum(r.key == "never" for r in rs) >= 3, timeout_s=30, what="the redrive")
+            until(lambda: len(dead_letters("dc2")) == 2, timeout_s=30, what="the redriven record dead-lettered in dc2")
+            redriven = [r for r in endpoint.received if r.key == "never"][2]
+            assert (redriven.ce_id, cluster_of(redriven)) == (f"{topic}/0/0", "dc2")
+            assert dead_letters("default") == []
+            assert [r.ce_id for r in endpoint.received if cluster_of(r) == "default"] == [f"{topic}/0/0"]
+            traced = api.get(f"/subscriptions/zr/records/{topic}/0/0").json()
+            assert (traced["cluster"], traced["state"]) == ("default", "delivered")
+            traced = api.get(f"/subscriptions/zr/records/{topic}/0/0", params={"cluster": "dc2"}).json()
+            assert (traced["cluster"], traced["state"]) == ("dc2", "dead_lettered")
+    finally:
+        z.close()
