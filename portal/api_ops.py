@@ -107,11 +107,25 @@ def _adaptive(cluster: Any, sub: Subscription) -> dict[str, Any]:
     return {"mode": c.mode, "min": c.min, "max": c.max, "origin": origin, "workers": per_worker}
 
 
+def _known_keys(body: dict[str, Any], known: tuple[str, ...]) -> None:
+    """400 naming the first key the route does not take: ignoring it would do something else
+    than asked (a ``cluster`` ignored once reset every cluster)."""
+    for key in body:
+        if key not in known:
+            raise ApiError(400, f"unknown field; this route takes: {', '.join(known)}", str(key))
+
+
 async def reset(request: web.Request) -> web.Response:
     body = await read_json(request)
     if not isinstance(body, dict) or "to" not in body:
         raise ApiError(400, "is required: 'earliest', 'latest' or epoch milliseconds", "to")
-    answer = await request.app[OPS].reset(request.match_info["name"], parse_target(body["to"]), actor(request))
+    _known_keys(body, ("to", "cluster"))
+    target = parse_target(body["to"])
+    only: str | None = None
+    if "cluster" in body:
+        sub = await asyncio.to_thread(_subscription, request)
+        only = _kafka_cluster(request, sub, body["cluster"])
+    answer = await request.app[OPS].reset(request.match_info["name"], target, actor(request), only)
     return web.json_response(answer)
 
 
@@ -147,12 +161,23 @@ def _dead_letter(m: Any) -> dict[str, Any]:
     }
 
 
+def _reads_only(sub: Subscription) -> str:
+    return ", ".join(sub.clusters)
+
+
 def _kafka_cluster(request: web.Request, sub: Subscription, chosen: Any) -> str:
-    """The Kafka cluster a dead-letter request is about (``default`` unless given): one the
-    subscription reads, since its dead letters are in each record's own cluster."""
+    """The Kafka cluster a dead-letter or reset request is about (``default`` unless given): one
+    the subscription reads, since its dead letters are in each record's own cluster. ``default``
+    is always one: the retry topic is there."""
     name = DEFAULT_CLUSTER if chosen is None else chosen
-    if not isinstance(name, str) or (name not in sub.clusters and name != DEFAULT_CLUSTER):
-        raise ApiError(404, f"subscription {sub.name!r} does not read Kafka cluster {name!r}", "cluster")
+    if not isinstance(name, str):
+        raise ApiError(400, f"must be a Kafka cluster name (a string), got {type(name).__name__}", "cluster")
+    if name not in sub.clusters and name != DEFAULT_CLUSTER:
+        raise ApiError(
+            404,
+            f"subscription {sub.name!r} does not read Kafka cluster {name!r}; it reads only: {_reads_only(sub)}",
+            "cluster",
+        )
     return name
 
 
@@ -172,6 +197,8 @@ async def dead_letters(request: web.Request) -> web.Response:
 
 async def replay(request: web.Request) -> web.Response:
     body = await read_json(request)
+    if isinstance(body, dict):
+        _known_keys(body, ("limit", "cluster"))
     limit = body.get("limit", MAX_DEAD_LETTERS) if isinstance(body, dict) else MAX_DEAD_LETTERS
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_DEAD_LETTERS:
         raise ApiError(400, f"must be an integer between 1 and {MAX_DEAD_LETTERS}", "limit")
@@ -209,7 +236,10 @@ async def record_trace(request: web.Request) -> web.Response:
     kafka_cluster = request.query.get("cluster", DEFAULT_CLUSTER)
     if kafka_cluster not in sub.clusters and not (kafka_cluster == DEFAULT_CLUSTER and topic == sub.retry_topic):
         raise ApiError(
-            404, f"subscription {sub.name!r} does not read Kafka cluster {kafka_cluster!r} ({sub.clusters})", "cluster"
+            404,
+            f"subscription {sub.name!r} does not read Kafka cluster {kafka_cluster!r}; it reads only: "
+            f"{_reads_only(sub)}",
+            "cluster",
         )
     try:
         view = request.app[CLUSTER].kafka_view(kafka_cluster)

@@ -390,8 +390,10 @@ DOCUMENT: dict[str, Any] = {
                 "properties": {
                     "to": {
                         "oneOf": [{"type": "string", "enum": ["earliest", "latest"]}, {"type": "integer", "minimum": 0}]
-                    }
+                    },
+                    "cluster": {"type": "string", "description": "only this Kafka cluster's partitions"},
                 },
+                "additionalProperties": False,
             },
             "PartitionStatus": {
                 "type": "object",

@@ -153,18 +153,24 @@ class Operations:
         await self.announce(state, name)
         return sub
 
-    async def reset(self, name: str, target: Target, actor: str) -> dict[str, Any]:
-        """Move every partition of the subscription to ``target`` (see the module's states)."""
+    async def reset(self, name: str, target: Target, actor: str, kafka_cluster: str | None = None) -> dict[str, Any]:
+        """Move every partition of the subscription to ``target`` (see the module's states);
+        ``kafka_cluster``: only that Kafka cluster's partitions (the retry topic is ``default``'s)."""
         sub = await asyncio.to_thread(self.subscription, name)
         await self.set_state(name, "paused", actor)
         try:
             refs = await asyncio.to_thread(self.partitions, sub)
+            if kafka_cluster is not None:
+                refs = [r for r in refs if r.cluster == kafka_cluster]
             await self._until_released(refs)
             partitions = await asyncio.to_thread(self._rewrite, sub, refs, target)
 
             def audit() -> None:
                 with db.session(self.engine) as s:
-                    db.audit(s, actor, "subscription.reset", name, {"to": target, "partitions": partitions})
+                    detail: dict[str, Any] = {"to": target, "partitions": partitions}
+                    if kafka_cluster is not None:
+                        detail["cluster"] = kafka_cluster
+                    db.audit(s, actor, "subscription.reset", name, detail)
 
             await asyncio.to_thread(audit)
         finally:
@@ -172,8 +178,11 @@ class Operations:
                 await self.set_state(name, "active", actor)
             else:
                 await self.announce("reset", name)
-        _log.info("subscription.reset", name=name, to=target, by=actor)
-        return {"name": name, "to": target, "partitions": partitions}
+        _log.info("subscription.reset", name=name, to=target, cluster=kafka_cluster, by=actor)
+        answer: dict[str, Any] = {"name": name, "to": target, "partitions": partitions}
+        if kafka_cluster is not None:
+            answer["cluster"] = kafka_cluster
+        return answer
 
     async def _until_released(self, refs: list[PartitionRef]) -> None:
         deadline = self._clock() + self.release_timeout_s

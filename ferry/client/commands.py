@@ -57,6 +57,7 @@ def add_parsers(sub: Any) -> None:
     subs.add_argument("action", choices=["list", "get", "status", "pause", "resume", "reset", "delete"])
     subs.add_argument("name", nargs="?")
     subs.add_argument("--to", help="reset: earliest, latest or epoch ms")
+    subs.add_argument("--cluster", help="reset: only this Kafka cluster's partitions (default: every cluster's)")
     _output(subs)
 
     apply = sub.add_parser("apply", help="make the portal's subscriptions match YAML/JSON files (GitOps)")
@@ -182,7 +183,10 @@ def subscriptions(c: Client, args: argparse.Namespace) -> int:
         if not args.to:
             raise ValidationError("--to", "reset needs --to earliest|latest|<epoch ms>")
         to: Any = int(args.to) if args.to.isdigit() else args.to
-        doc = c.call("POST", base + "/reset", body={"to": to})
+        body: dict[str, Any] = {"to": to}
+        if args.cluster:
+            body["cluster"] = args.cluster
+        doc = c.call("POST", base + "/reset", body=body)
         print(render(doc, args.output, ["topic", "partition", "committed"], doc.get("partitions", [])))
     elif args.action == "delete":
         c.call("DELETE", base)

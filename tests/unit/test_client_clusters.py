@@ -54,12 +54,26 @@ def parse(*argv: str) -> argparse.Namespace:
             {"replayed": 0},
             ("POST", "/api/v1/subscriptions/billing/dead-letters/replay", {"limit": 100}, {}),
         ),
+        (
+            ["subscriptions", "reset", "billing", "--to", "latest", "--cluster", "dc2", "-o", "json"],
+            {"name": "billing", "to": "latest", "cluster": "dc2", "partitions": []},
+            ("POST", "/api/v1/subscriptions/billing/reset", {"to": "latest", "cluster": "dc2"}, {}),
+        ),
+        (
+            ["subscriptions", "reset", "billing", "--to", "latest", "-o", "json"],
+            {"name": "billing", "to": "latest", "partitions": []},
+            ("POST", "/api/v1/subscriptions/billing/reset", {"to": "latest"}, {}),
+        ),
     ],
 )
 def test_cluster_option(argv: list[str], answer: dict[str, Any], call: tuple[Any, ...], capsys: Any) -> None:
     args = parse(*argv)
     client = Recorder(answer)
-    handler = {"trace": commands.trace, "dead-letters": commands.dead_letters}[args.command]
+    handler = {
+        "trace": commands.trace,
+        "dead-letters": commands.dead_letters,
+        "subscriptions": commands.subscriptions,
+    }[args.command]
     assert handler(client, args) == 0  # type: ignore[arg-type]
     assert client.calls == [call]
     assert capsys.readouterr().out.strip()
