@@ -41,6 +41,9 @@ __all__ = ["FUNCTIONS", "CesqlParseError", "Expression", "Value", "compile"]
 
 # Precedence from the specification's ANTLR grammar (highest first): function invocation, NOT,
 # unary minus, LIKE, EXISTS, IN, * / %, + -, comparisons, and AND/OR/XOR (one level, right-assoc).
+# A keyword is never a function name, as in the specification's lexer, where keywords come first:
+# FUNC outranks the keywords (so INT( or ISNOT( is a call) but refuses a keyword before "(", so
+# NOT (x), x AND(y) and x IN(1) are operators and TRUE(1) or EXISTS(x) are parse errors.
 GRAMMAR = r"""
 ?start: expr
 ?expr: cmp (LOGIC expr)?
@@ -73,7 +76,7 @@ LIKE.2: /(?i:like)(?![A-Za-z0-9_])/
 EXISTS.2: /(?i:exists)(?![A-Za-z0-9_])/
 TRUE.2: /(?i:true)(?![A-Za-z0-9_])/
 FALSE.2: /(?i:false)(?![A-Za-z0-9_])/
-FUNC.3: /[A-Za-z][A-Za-z_]*(?=\s*\()/
+FUNC.3: /(?!(?i:and|or|xor|not|in|like|exists|true|false)(?![A-Za-z_]))[A-Za-z][A-Za-z_]*(?=\s*\()/
 IDENT: /[A-Za-z0-9]+/
 INT.1: /[+-]?[0-9]+/
 CMP: "<>" | "!=" | "<=" | ">=" | "=" | "<" | ">"

@@ -162,6 +162,44 @@ def test_parse_errors(expression: str) -> None:
         compile(expression)
 
 
+# A keyword followed by "(" is the keyword, never a function name (NOT (x) was once a call to NOT).
+@pytest.mark.parametrize(
+    ("source", "attrs", "passes"),
+    [
+        ("NOT (kafkapartition IN (0, 1))", {"kafkapartition": 2}, True),
+        ("NOT (kafkapartition IN (0, 1))", {"kafkapartition": 1}, False),
+        ("NOT (a = 'b')", {"a": "c"}, True),
+        ("NOT (a = 'b')", {"a": "b"}, False),
+        ("NOT(TRUE)", {}, False),
+        ("NOT(FALSE)", {}, True),
+        ("not (a = 'b')", {"a": "c"}, True),
+        ("Not(a = 'b')", {"a": "b"}, False),
+        ("NOT\n(a = 'b')", {"a": "c"}, True),
+        ("x = 'y' AND NOT (a = 'b')", {"x": "y", "a": "c"}, True),
+        ("x = 'y' AND NOT (a = 'b')", {"x": "y", "a": "b"}, False),
+        ("x = 'y' AND(a = 'b')", {"x": "y", "a": "b"}, True),
+        ("x = 'n' OR(a = 'b')", {"x": "y", "a": "b"}, True),
+        ("x = 'y' XOR(a = 'b')", {"x": "y", "a": "b"}, False),
+        ("a IN('b', 'c')", {"a": "c"}, True),
+        ("a NOT IN('b', 'c')", {"a": "c"}, False),
+        ("INT(n) = 3", {"n": "3"}, True),  # a function whose name starts with a keyword
+    ],
+)
+def test_a_keyword_before_a_parenthesis_is_the_keyword(source: str, attrs: dict[str, Any], passes: bool) -> None:
+    assert filters.parse({"sql": source}).matches(attrs) == (passes, False)
+
+
+@pytest.mark.parametrize(
+    ("source", "column"),
+    [("EXISTS(a)", 7), ("TRUE(1)", 5), ("false (1)", 7), ("a LIKE('b')", 7), ("a NOT LIKE ('b')", 12)],
+)
+def test_a_keyword_is_no_function_name(source: str, column: int) -> None:
+    with pytest.raises(ValidationError) as e:
+        filters.parse({"sql": source})
+    assert e.value.field == "filter.sql"
+    assert e.value.message.startswith(f"unexpected '(' at line 1, column {column}:")
+
+
 def test_record_attributes_are_those_of_the_push() -> None:
     headers = [("Region", b"eu"), ("content-type", b"application/json"), ("x-y", b"no")]
     a = RecordAttributes("orders", 3, 17, b"eu/42", headers, 0, "default", "billing")
