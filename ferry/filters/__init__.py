@@ -47,13 +47,37 @@ class Filter:
 
 def parse(doc: Any, path: str = "filter") -> Filter:
     used: set[str] = set()
-    match = _parse(doc, path, used, 0)
+    match = _parse(doc, path, used, 1)
     return Filter(doc, match, frozenset(used))
 
 
+def _too_deep(path: str) -> ValidationError:
+    return ValidationError(
+        path,
+        f'filters nest at most {MAX_DEPTH} levels deep ({{"exact": ...}} alone is 1; each all, any or not '
+        f"around it adds 1) and this part is at level {MAX_DEPTH + 1}: merge nested all or any lists, "
+        "drop double nots, or write the condition as one sql filter",
+    )
+
+
+def _height(doc: Any) -> int:
+    """How many levels ``doc`` nests (1 for a leaf or anything malformed), without recursion."""
+    height = 0
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        node, level = stack.pop()
+        height = max(height, level)
+        if isinstance(node, dict) and len(node) == 1:
+            ((dialect, arg),) = node.items()
+            if dialect in ("all", "any") and isinstance(arg, list):
+                stack.extend((child, level + 1) for child in arg)
+            elif dialect == "not":
+                stack.append((arg, level + 1))
+    return height
+
+
 def _parse(doc: Any, path: str, used: set[str], depth: int) -> Match:
-    if depth > MAX_DEPTH:
-        raise ValidationError(path, f"filters nest at most {MAX_DEPTH} levels deep")
+    """``doc`` at level ``depth`` (the whole filter is level 1)."""
     if not isinstance(doc, dict) or len(doc) != 1:
         raise ValidationError(
             path, "must be an object with exactly one dialect: exact, prefix, suffix, all, any, not or sql"
@@ -73,9 +97,14 @@ def _parse(doc: Any, path: str, used: set[str], depth: int) -> Match:
     if dialect in ("all", "any"):
         if not isinstance(arg, list) or not arg:
             raise ValidationError(here, "must be a non-empty list of filters")
+        if depth == MAX_DEPTH:  # its parts would be past the limit: name the one on the deepest branch
+            heights = [_height(f) for f in arg]
+            raise _too_deep(f"{here}[{heights.index(max(heights))}]")
         parts = [_parse(f, f"{here}[{i}]", used, depth + 1) for i, f in enumerate(arg)]
         return _all(parts) if dialect == "all" else _any(parts)
     if dialect == "not":
+        if depth == MAX_DEPTH:
+            raise _too_deep(here)
         inner = _parse(arg, here, used, depth + 1)
 
         def negated(a: Attributes) -> tuple[bool, bool]:

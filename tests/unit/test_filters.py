@@ -69,6 +69,48 @@ def test_invalid_filters_name_their_field(doc: Any, field: str) -> None:
     assert e.value.field == field
 
 
+LEAF = {"exact": {"a": "b"}}
+
+
+def nested(levels: int, dialect: str) -> Any:
+    """A filter ``levels`` deep: the leaf inside ``levels - 1`` of ``dialect``, the deepest branch
+    last in each list (beside a leaf)."""
+    doc: Any = LEAF
+    for _ in range(levels - 1):
+        doc = {"not": doc} if dialect == "not" else {dialect: [LEAF, doc]}
+    return doc
+
+
+@pytest.mark.parametrize("dialect", ["not", "all", "any"])
+def test_filters_nest_at_most_16_levels(dialect: str) -> None:
+    assert filters.MAX_DEPTH == 16
+    assert filters.parse(LEAF)  # level 1
+    filters.parse(nested(16, dialect))
+    for levels in (17, 18, 40):
+        with pytest.raises(ValidationError) as e:
+            filters.parse(nested(levels, dialect))
+        step = ".not" if dialect == "not" else f".{dialect}[1]"
+        # the part at level 17 on the deepest branch; at 17 levels both parts are leaves: the first
+        last = f".{dialect}[0]" if dialect != "not" and levels == 17 else step
+        assert e.value.field == "filter" + step * 15 + last
+        assert e.value.message.startswith("filters nest at most 16 levels deep")
+        assert "at level 17" in e.value.message
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"any": [nested(16, "all"), LEAF]}, "filter.any[0]" + ".all[1]" * 14 + ".all[0]"),
+        ({"all": [LEAF, nested(16, "not"), nested(15, "any")]}, "filter.all[1]" + ".not" * 15),
+        ({"not": {"any": [LEAF, nested(15, "not"), LEAF]}}, "filter.not.any[1]" + ".not" * 14),
+    ],
+)
+def test_the_too_deep_field_is_the_part_at_level_17_on_the_deepest_branch(doc: Any, field: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        filters.parse(doc)
+    assert e.value.field == field
+
+
 def test_a_parse_error_says_where() -> None:
     with pytest.raises(CesqlParseError) as e:
         compile("type = 'x' AND\n  (source LIKE 3")
