@@ -50,7 +50,23 @@ def unquote(lit: str) -> str:
     """A string literal's value: the delimiter escaped (``\\'`` or doubled) becomes itself; every
     other backslash is kept (``LIKE`` patterns give ``\\%`` and ``\\_`` their own meaning)."""
     q, body = lit[0], lit[1:-1]
-    return body.replace("\\" + q, q).replace(q + q, q)
+    if "\\" not in body:
+        return body.replace(q + q, q)
+    out: list[str] = []
+    i = 0
+    while i < len(body):  # left to right as the lexer reads: in 'x\\''' a backslash pair, then one quote
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            out.append(q if nxt == q else c + nxt)
+            i += 2
+        elif c == q:  # the first of a doubled delimiter
+            out.append(q)
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
 
 
 # --- casts ---------------------------------------------------------------------------------

@@ -111,6 +111,22 @@ def test_the_too_deep_field_is_the_part_at_level_17_on_the_deepest_branch(doc: A
     assert e.value.field == field
 
 
+@pytest.mark.parametrize(
+    ("literal", "value"),
+    [
+        ("'it''s'", "it's"),  # a doubled delimiter, as in the specification's lexer
+        (r"'it\'s'", "it's"),  # a backslash-escaped one, as in its EBNF
+        ('"say ""hi"""', 'say "hi"'),
+        (r"'x\\'''", r"x\\'"),  # a backslash pair, then a doubled quote
+        (r"'\''''", "''"),
+        (r"'a\%b'", r"a\%b"),  # other backslashes are kept (LIKE's escapes)
+    ],
+)
+def test_string_literals_unescape_as_the_lexer_reads_them(literal: str, value: str) -> None:
+    assert compile(literal).evaluate({}) == (value, [])
+    assert filters.parse({"sql": f"a = {literal}"}).matches({"a": value}) == (True, False)
+
+
 def test_a_parse_error_says_where() -> None:
     with pytest.raises(CesqlParseError) as e:
         compile("type = 'x' AND\n  (source LIKE 3")
