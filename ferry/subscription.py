@@ -334,12 +334,15 @@ def parse(
     *,
     previous: Subscription | None = None,
     internal: bool = False,
+    stored: bool = False,
     clusters: Collection[str] | None = None,
 ) -> Subscription:
     """Validate a subscription document and fill the defaults.
 
     ``previous`` is the stored version when updating: a header value sent back as ``***``
     keeps the stored secret. ``internal``: Ferry's own work may use the reserved name prefix.
+    ``stored``: a document Ferry saved, perhaps under an earlier version's rules: its filter is not
+    held to checks added since (:func:`ferry.filters.parse`), so it keeps loading.
     ``clusters``: the configured Kafka clusters; when given, ``clusters`` may only name them.
     """
     doc = dict(_obj(doc, ""))
@@ -398,7 +401,7 @@ def parse(
     max_in_flight = _int_in(doc, "max_in_flight", "max_in_flight", 100, 1, 10_000)
     filter_doc = doc.get("filter")
     if filter_doc is not None:
-        filters.parse(filter_doc)  # raises ValidationError with the filter's dotted field
+        filters.parse(filter_doc, stored=stored)  # raises ValidationError with the filter's dotted field
     dlq = doc.get("dead_letter_topic", f"{name}.dlq")
     dlq = _topic(dlq, "dead_letter_topic")
     if dlq in parsed_topics:
@@ -440,4 +443,4 @@ def _concurrency(value: Any, max_in_flight: int) -> ConcurrencySpec | None:
 
 def from_trusted(doc: Mapping[str, Any]) -> Subscription:
     """Parse a document Ferry itself stored (ZooKeeper, database): unmasked, already valid."""
-    return parse(dict(doc), internal=True)
+    return parse(dict(doc), internal=True, stored=True)

@@ -26,7 +26,7 @@ class Admission:
 
     def __init__(self, sub: Subscription, cluster: str, topic: str, partition: int) -> None:
         self.document = sub.filter
-        self._filter = filters.parse(sub.filter) if sub.filter is not None else None
+        self._filter = filters.parse(sub.filter, stored=True) if sub.filter is not None else None
         self._view = RecordAttributes("", 0, 0, None, (), 0, cluster, sub.name).reset  # one, reset per record
         # A fetch's records through one generated loop (ferry.filters.splitter), when it covers the filter.
         self._split = (

@@ -45,9 +45,17 @@ class Filter:
     attributes: frozenset[str] | None
 
 
-def parse(doc: Any, path: str = "filter") -> Filter:
+def parse(doc: Any, path: str = "filter", *, stored: bool = False) -> Filter:
+    """The compiled filter of ``doc``, or :class:`ValidationError` naming the part that is wrong.
+
+    ``stored``: ``doc`` is a filter Ferry saved earlier (a worker's subscription, the database),
+    possibly by an earlier version: the checks added since are not applied, so it keeps loading and
+    judging records as before — it may nest 17 levels (16 before a combinator stopped counting from
+    0), and its CESQL is not held to :func:`ferry.filters.cesql.check_filter` (that was only the
+    unknown function).
+    """
     used: set[str] = set()
-    match = _parse(doc, path, used, 1)
+    match = _parse(doc, path, used, 1, stored)
     return Filter(doc, match, frozenset(used))
 
 
@@ -76,8 +84,9 @@ def _height(doc: Any) -> int:
     return height
 
 
-def _parse(doc: Any, path: str, used: set[str], depth: int) -> Match:
+def _parse(doc: Any, path: str, used: set[str], depth: int, stored: bool) -> Match:
     """``doc`` at level ``depth`` (the whole filter is level 1)."""
+    deepest = MAX_DEPTH + 1 if stored else MAX_DEPTH
     if not isinstance(doc, dict) or len(doc) != 1:
         raise ValidationError(
             path, "must be an object with exactly one dialect: exact, prefix, suffix, all, any, not or sql"
@@ -97,15 +106,15 @@ def _parse(doc: Any, path: str, used: set[str], depth: int) -> Match:
     if dialect in ("all", "any"):
         if not isinstance(arg, list) or not arg:
             raise ValidationError(here, "must be a non-empty list of filters")
-        if depth == MAX_DEPTH:  # its parts would be past the limit: name the one on the deepest branch
+        if depth >= deepest:  # its parts would be past the limit: name the one on the deepest branch
             heights = [_height(f) for f in arg]
             raise _too_deep(f"{here}[{heights.index(max(heights))}]")
-        parts = [_parse(f, f"{here}[{i}]", used, depth + 1) for i, f in enumerate(arg)]
+        parts = [_parse(f, f"{here}[{i}]", used, depth + 1, stored) for i, f in enumerate(arg)]
         return _all(parts) if dialect == "all" else _any(parts)
     if dialect == "not":
-        if depth == MAX_DEPTH:
+        if depth >= deepest:
             raise _too_deep(here)
-        inner = _parse(arg, here, used, depth + 1)
+        inner = _parse(arg, here, used, depth + 1, stored)
 
         def negated(a: Attributes) -> tuple[bool, bool]:
             ok, erred = inner(a)
@@ -119,13 +128,10 @@ def _parse(doc: Any, path: str, used: set[str], depth: int) -> Match:
             raise ValidationError(here, f"at most {MAX_SQL} characters")
         try:
             expr = cesql.compile(arg)
+            if not stored:
+                cesql.check_filter(expr)
         except cesql.CesqlParseError as exc:
             raise ValidationError(here, str(exc)) from None
-        unknown = sorted(expr.functions - set(cesql.FUNCTIONS))
-        if unknown:
-            raise ValidationError(
-                here, f"unknown function {unknown[0]}; CESQL has {', '.join(sorted(cesql.FUNCTIONS))}"
-            )
         used.update(re.findall(r"[a-z0-9]{1,20}", arg.lower()))  # a superset of the names it reads
         return expr.matches
     raise ValidationError(path, f"unknown dialect {dialect!r}; use exact, prefix, suffix, all, any, not or sql")

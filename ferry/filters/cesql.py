@@ -19,7 +19,9 @@ Semantics, as the specification and its conformance suite (TCK) define them:
 - Every expression evaluates to a value and a list of errors (never an exception): a missing
   attribute, a division by zero, a failed cast, an unknown function, a function used wrongly. An
   operator whose operand erred yields its own zero value; ``AND``/``OR`` short-circuit.
-- A parse error raises :class:`CesqlParseError` at compile time, with line and column.
+- A parse error raises :class:`CesqlParseError` at compile time, with line and column; so does
+  :func:`check_filter` for valid CESQL that could never pass a record as a filter (an unknown
+  function, a wrong number of arguments, a value always an Integer or a String).
 
 For filtering, a result is true only when it is the Boolean ``true`` with no error (an evaluation
 error makes the filter false and is counted: :meth:`Expression.matches`).
@@ -30,14 +32,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from lark import Lark, Token, Tree, UnexpectedInput
 
 from ferry.filters.cesql_codegen import matcher
 from ferry.filters.cesql_eval import Node, build
-from ferry.filters.cesql_values import FUNCTIONS, CesqlParseError, Errors, Event, Value
+from ferry.filters.cesql_values import FUNCTIONS, CesqlParseError, Errors, Event, Value, overload
 
-__all__ = ["FUNCTIONS", "CesqlParseError", "Expression", "Value", "compile"]
+__all__ = ["FUNCTIONS", "CesqlParseError", "Expression", "Value", "check_filter", "compile"]
 
 # Precedence from the specification's ANTLR grammar (highest first): function invocation, NOT,
 # unary minus, LIKE, EXISTS, IN, * / %, + -, comparisons, and AND/OR/XOR (one level, right-assoc).
@@ -172,3 +175,75 @@ def compile(source: str) -> Expression:
     root = build(tree)
     used = {str(t.children[0]).upper() for t in tree.iter_subtrees() if t.data == "call"}
     return Expression(source, root, frozenset(used), matcher(tree) or _closure_matches(root), tree)
+
+
+# --- what a filter refuses when it is saved ------------------------------------------------------
+
+_TYPE_NAMES = {"int": "an Integer", "str": "a String", "bool": "a Boolean"}
+_INT_RULES = frozenset({"integer", "neg", "add", "mul"})
+
+
+def arities(name: str) -> str:
+    """The numbers of arguments built-in function ``name`` takes, in words: ``1 argument``,
+    ``2 or 3 arguments``, ``at least 1 argument``."""
+    counts = [f"at least {len(p)}" if v is not None else str(len(p)) for p, v, _, _ in FUNCTIONS[name]]
+    last = len(FUNCTIONS[name][-1][0])
+    return f"{' or '.join(counts)} argument{'' if last == 1 else 's'}"
+
+
+def static_type(tree: Tree[Token]) -> str | None:
+    """The type of the expression's value when it is known without evaluating it (``int``,
+    ``str``, ``bool``), else ``None`` (an attribute's value, a call that cannot be dispatched)."""
+    rule = tree.data
+    if rule in _INT_RULES:
+        return "int"
+    if rule == "string":
+        return "str"
+    if rule == "attribute":
+        return None
+    if rule == "call":
+        found = overload(str(tree.children[0]).upper(), sum(isinstance(k, Tree) for k in tree.children[1:]))
+        return found[2] if found is not None else None
+    return "bool"  # literals TRUE and FALSE, comparisons, AND/OR/XOR, NOT, LIKE, IN, EXISTS
+
+
+def _first_token(tree: Tree[Token]) -> Token | None:
+    return next(tree.scan_values(lambda v: isinstance(v, Token)), None)
+
+
+def _context(source: str, token: Token | None, span: int = 40) -> str:
+    """The line around ``token`` with a caret under it (as lark shows a parse error)."""
+    pos = token.start_pos or 0 if token is not None else 0
+    before = source[max(pos - span, 0) : pos].rsplit("\n", 1)[-1]
+    after = source[pos : pos + span].split("\n", 1)[0]
+    return f"{before}{after}\n{' ' * len(before.expandtabs())}^"
+
+
+def _refuse(expr: Expression, message: str, token: Token | None) -> CesqlParseError:
+    line, column = (token.line or 1, token.column or 1) if token is not None else (1, 1)
+    return CesqlParseError(message, line, column, _context(expr.source, token))
+
+
+def check_filter(expr: Expression) -> None:
+    """Raise :class:`CesqlParseError` when ``expr`` is valid CESQL but could never pass a record as
+    a filter, so it is refused when the subscription is saved rather than rejecting every record
+    (the specification asks for such checks at compile time where possible, section 3.3, and a
+    filter's value to be a Boolean, section 1.2): a call of a function CESQL lacks, or of a built-in
+    with a number of arguments it does not take (both ``missingFunction`` when evaluated), and an
+    expression whose value is known to be an Integer or a String without evaluating it."""
+    calls = [t for t in expr.tree.iter_subtrees() if t.data == "call"]
+    for call in sorted(calls, key=lambda t: cast(Token, t.children[0]).start_pos or 0):  # the first in the text
+        token = cast(Token, call.children[0])
+        name, n = str(token).upper(), sum(isinstance(k, Tree) for k in call.children[1:])
+        if name not in FUNCTIONS:
+            raise _refuse(expr, f"unknown function {name}; CESQL has {', '.join(sorted(FUNCTIONS))}", token)
+        if overload(name, n) is None:
+            raise _refuse(expr, f"wrong number of arguments for {name} ({n}; it takes {arities(name)})", token)
+    kind = static_type(expr.tree)
+    if kind in ("int", "str"):
+        raise _refuse(
+            expr,
+            f"the expression is always {_TYPE_NAMES[kind]}, never a Boolean, so no record would pass (compare "
+            "it, e.g. LENGTH(x) > 3 or x = 'abc')",
+            _first_token(expr.tree),
+        )

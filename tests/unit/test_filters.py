@@ -12,6 +12,7 @@ from ferry import filters
 from ferry.errors import ValidationError
 from ferry.filters.attributes import RecordAttributes, rfc3339_ms
 from ferry.filters.cesql import CesqlParseError, compile
+from ferry.subscription import from_trusted
 from ferry.subscription import parse as parse_subscription
 from ferry.worker.push import CE_TYPE, DEFAULT_CONTENT_TYPE
 from ferry.worker.push import rfc3339_ms as push_time
@@ -38,7 +39,7 @@ EVENT = {"id": "orders/0/7", "source": "/ferry/default/s", "type": "dev.ferry.ka
         ({"sql": "a = 'x' AND LENGTH(b) > 2"}, {"a": "x", "b": "abc"}, True),
         ({"sql": "a = 'x' AND LENGTH(b) > 2"}, {"a": "x", "b": "ab"}, False),
         ({"sql": "missing = 'x'"}, {"a": "x"}, False),  # an evaluation error rejects
-        ({"sql": "'not a bool'"}, {}, False),  # a non-boolean result rejects
+        ({"sql": "region"}, {"region": "true"}, False),  # a non-Boolean result (a String) rejects
         ({"not": {"sql": "missing = 'x'"}}, {}, False),  # an error is not negated into a pass
     ],
 )
@@ -109,6 +110,67 @@ def test_the_too_deep_field_is_the_part_at_level_17_on_the_deepest_branch(doc: A
     with pytest.raises(ValidationError) as e:
         filters.parse(doc)
     assert e.value.field == field
+
+
+# Valid CESQL that could never pass a record is refused when saved, with what to change.
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("LENGTH(a, b) = 1", "wrong number of arguments for LENGTH (2; it takes 1 argument) at line 1, column 1"),
+        ("SUBSTRING(x, 1, 2, 3) = 'a'", "wrong number of arguments for SUBSTRING (4; it takes 2 or 3 arguments)"),
+        ("x = 'y' AND\n  left(a) = LEFT()", "wrong number of arguments for LEFT (1; it takes 2 arguments) at line 2"),
+        ("CONCAT_WS() = ''", "wrong number of arguments for CONCAT_WS (0; it takes at least 1 argument)"),
+        ("ABS() = 0", "wrong number of arguments for ABS (0; it takes 1 argument)"),
+        ("NOPE(a) = 1", "unknown function NOPE; CESQL has ABS, BOOL, CONCAT, CONCAT_WS, INT, IS_BOOL, IS_INT"),
+        ("5", "the expression is always an Integer, never a Boolean, so no record would pass (compare it"),
+        ("'abc'", "the expression is always a String, never a Boolean"),
+        ("'true'", "the expression is always a String, never a Boolean"),
+        ("(-5)", "the expression is always an Integer, never a Boolean"),
+        ("a + 1", "the expression is always an Integer, never a Boolean"),
+        ("LENGTH(a)", "the expression is always an Integer, never a Boolean"),
+        ("lower(a)", "the expression is always a String, never a Boolean"),
+    ],
+)
+def test_cesql_that_could_never_pass_is_refused_when_saved(source: str, message: str) -> None:
+    with pytest.raises(ValidationError) as e:
+        filters.parse({"any": [{"exact": {"a": "b"}}, {"sql": source}]})
+    assert e.value.field == "filter.any[1].sql"
+    assert e.value.message.startswith(message) and "^" in e.value.message
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "CONCAT() = ''",  # every arity CESQL defines
+        "CONCAT(a, b, c, d) = 'x'",
+        "CONCAT_WS(',') = ''",
+        "SUBSTRING(a, 1) = 'x' OR SUBSTRING(a, 1, 2) = 'x'",
+        "a",  # an attribute's value may be a Boolean
+        "BOOL(a)",
+        "IS_INT(a)",
+        "TRUE",
+        "NOT 5",  # a failed cast: an evaluation error, false for each record
+        "a = 1 / 0",  # a math error: false for each record
+    ],
+)
+def test_what_may_be_true_or_fails_only_when_evaluated_is_accepted(source: str) -> None:
+    filters.parse({"sql": source})
+
+
+@pytest.mark.parametrize(
+    ("doc", "attrs"),
+    [
+        ({"sql": "'not a bool'"}, {}),
+        ({"sql": "LENGTH(a, b) = 1"}, {"a": "x", "b": "y"}),
+        (nested(17, "not"), {"a": "c"}),  # 17 levels, accepted before 16 were enforced
+    ],
+)
+def test_a_stored_filter_loads_with_the_rules_it_was_saved_under(doc: Any, attrs: dict[str, str]) -> None:
+    with pytest.raises(ValidationError):
+        filters.parse(doc)
+    assert filters.parse(doc, stored=True).matches(attrs)[0] is False
+    sub = {"name": "s", "topics": ["t"], "endpoint": {"url": "http://e/hook"}, "filter": doc}
+    assert from_trusted(sub).filter == doc
 
 
 @pytest.mark.parametrize(
