@@ -125,7 +125,9 @@ def _parse(doc: Any, path: str, used: set[str], depth: int, stored: bool) -> Mat
         if not isinstance(arg, str) or not arg.strip():
             raise ValidationError(here, "must be a CESQL expression (a non-empty string)")
         if len(arg) > MAX_SQL:
-            raise ValidationError(here, f"at most {MAX_SQL} characters")
+            raise ValidationError(
+                here, f"at most {MAX_SQL} characters, got {len(arg)}: split it into sql filters under all or any"
+            )
         try:
             expr = cesql.compile(arg)
             if not stored:

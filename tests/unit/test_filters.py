@@ -4,6 +4,8 @@ record attributes."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -187,6 +189,26 @@ def test_a_stored_filter_loads_with_the_rules_it_was_saved_under(doc: Any, attrs
 def test_string_literals_unescape_as_the_lexer_reads_them(literal: str, value: str) -> None:
     assert compile(literal).evaluate({}) == (value, [])
     assert filters.parse({"sql": f"a = {literal}"}).matches({"a": value}) == (True, False)
+
+
+def test_the_documented_error_is_the_real_answer() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "filters.md").read_text()
+    shown = json.loads(page.split("## Validation", 1)[1].split("```json\n", 1)[1].split("```", 1)[0])
+    with pytest.raises(ValidationError) as e:
+        filters.parse({"any": [{"exact": {"region": "us"}}, {"sql": "region = 'eu' )"}]})
+    assert shown == {"error": e.value.message, "field": e.value.field}  # as the API answers (ferry.portal.http)
+
+
+def test_an_expression_is_at_most_4096_characters() -> None:
+    long_in = "a IN (" + ", ".join(["'x'"] * 818) + ") "
+    assert len(long_in) == 4096
+    filters.parse({"sql": long_in})
+    with pytest.raises(ValidationError) as e:
+        filters.parse({"sql": long_in + " "})
+    assert (e.value.field, e.value.message) == (
+        "filter.sql",
+        "at most 4096 characters, got 4097: split it into sql filters under all or any",
+    )
 
 
 def test_a_parse_error_says_where() -> None:
