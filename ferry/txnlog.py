@@ -53,7 +53,7 @@ OWN_BYTES = 16 * 1024 * 1024
 replicas keeps its prepares until they are evicted. An evicted one costs its commit a wait for the
 view, nothing else."""
 RETENTION_MS = 7 * 24 * 3600 * 1000  # far beyond the longest life of a transaction (timeout + checks)
-_ID = re.compile(r"^(\d{1,6})\.(\d{1,19})\.([0-9a-f]{16})$")
+_ID = re.compile(r"(\d{1,6})\.(\d{1,19})\.([0-9a-f]{16})")
 
 
 class TxnLogError(FerryError):
@@ -83,11 +83,14 @@ class TxnId:
 
 
 def parse_id(raw: str) -> TxnId | None:
-    """The id's parts, or None when ``raw`` is not an id this log could have made."""
-    m = _ID.match(raw)
+    """The id's parts, or None when ``raw`` is not an id this log could have made: only the
+    canonical spelling it hands out (``00.0.<nonce>`` names no transaction, even though
+    ``0.0.<nonce>`` may)."""
+    m = _ID.fullmatch(raw)
     if m is None:
         return None
-    return TxnId(int(m.group(1)), int(m.group(2)), m.group(3))
+    tid = TxnId(int(m.group(1)), int(m.group(2)), m.group(3))
+    return tid if str(tid) == raw else None
 
 
 def new_nonce() -> str:
@@ -358,6 +361,8 @@ class TxnLog:
         me = str(txn_id)
         if self._follow and self._tail is None:
             self.ensure()  # a replica that only commits starts its view on its first read
+        if not _in_log(txn_id, self._partitions if self._partitions is not None else self.ensure()):
+            return None, None
         if self._tail is not None and (up_to is not None or recent):
             raw = self._tail.entries(txn_id.partition, txn_id.offset, me, up_to, wait_s=self.timeout_s / 2)
             if raw is not None:
@@ -415,6 +420,9 @@ class TxnLog:
         me = str(txn_id)
         if self._follow and self._tail is None:
             await asyncio.to_thread(self.ensure)  # a replica that only commits starts its view on its first read
+        partitions = self._partitions if self._partitions is not None else await asyncio.to_thread(self.ensure)
+        if not _in_log(txn_id, partitions):
+            return []
         kept = self._own.get(me) if recent else None
         if kept is not None and self._tail is not None:
             if not self._tail.has_read(txn_id.partition, txn_id.offset):
@@ -428,6 +436,13 @@ class TxnLog:
             if raw is not None:
                 return [e for e in map(_decode, raw) if e is not None]
         return await asyncio.to_thread(self._read_entries, txn_id, up_to)  # the view already had its wait
+
+
+def _in_log(txn_id: TxnId, partitions: int) -> bool:
+    """Whether the log has the id's partition. An id naming another (made up, or from a log with
+    more partitions) names no transaction here: reading a partition that does not exist would only
+    wait for its end until the deadline."""
+    return txn_id.partition < partitions
 
 
 def _decode(value: bytes) -> dict[str, Any] | None:

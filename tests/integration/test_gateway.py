@@ -7,8 +7,10 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -320,3 +322,27 @@ def test_transactions_over_http(gateway: ServiceProcess, kafka_bootstrap: str, t
     written = read(kafka_bootstrap, topic_name)
     assert [dict(h)["ferry-transaction-seq"] for *_, h in written] == [b"0", b"1", b"2"]
     assert {dict(h)["ferry-transaction-id"] for *_, h in written} == {tid.encode()}
+
+
+def test_unknown_and_non_canonical_transaction_ids_are_404_at_once(
+    gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str
+) -> None:
+    """An id naming a partition the log does not have (it has 0-8) is as unknown as any other, and
+    only the spelling the gateway hands out names a transaction."""
+    create_topic(kafka_bootstrap, topic_name, 1)
+    body = {"records": [{"topic": topic_name, "value": 1}], "check_url": "http://127.0.0.1:9/check"}
+    with client(gateway) as c:
+        tid = c.post("/api/v1/transactions", json=body).json()["id"]
+        partition, offset, nonce = tid.split(".")
+        unknown = [f"{p}.0.0123456789abcdef" for p in (9, 12, 100, 999999)]
+        non_canonical = [f"0{partition}.{offset}.{nonce}", f"{partition}.0{offset}.{nonce}", f"+{tid}", f"{tid}\n"]
+        for bad in unknown + non_canonical:
+            for method, path in (("GET", ""), ("POST", "/commit"), ("POST", "/rollback")):
+                started = time.monotonic()
+                answer = c.request(method, f"/api/v1/transactions/{quote(bad, safe='')}{path}")
+                took = time.monotonic() - started
+                assert answer.status_code == 404, (bad, path, answer.status_code, answer.text)
+                assert "Retry-After" not in answer.headers and took < 2.0, (bad, path, took)
+                assert answer.json()["field"] == "id" and repr(bad) in answer.json()["error"]
+        canonical = c.get(f"/api/v1/transactions/{tid}")
+    assert canonical.status_code == 200 and canonical.json()["id"] == tid

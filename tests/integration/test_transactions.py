@@ -115,7 +115,7 @@ async def test_bad_input_and_unknown_ids(replicas, topic_name: str) -> None:  # 
     with pytest.raises(ValidationError) as bad_timeout:
         await a.prepare([], "http://127.0.0.1:1/c", 0)
     assert bad_timeout.value.field == "timeout_ms"
-    for unknown in ("nope", "0.0.0000000000000000"):
+    for unknown in ("nope", "0.0.0000000000000000", "9.0.0123456789abcdef", "100.0.0123456789abcdef"):
         with pytest.raises(txn.UnknownTransaction):
             await a.get(unknown)
         with pytest.raises(txn.UnknownTransaction):

@@ -4,12 +4,14 @@ topic's start; the first decision in the log wins."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 import pytest
 
 from ferry import txn_tail
-from ferry.txnlog import TxnLog, parse_id
+from ferry.txnlog import TxnId, TxnLog, parse_id
 from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
@@ -55,6 +57,12 @@ def test_unknown_ids(log: TxnLog) -> None:
     wrong_nonce = parse_id(f"{known.partition}.{known.offset}.{'0' * 16}")
     assert wrong_nonce is not None
     assert log.read(wrong_nonce) == (None, None)
+    # Ids naming a partition the log does not have are as unknown, at once: nothing to wait for.
+    for partition in (9, 12, 100):
+        started = time.monotonic()
+        assert log.read(TxnId(partition, 0, "0123456789abcdef")) == (None, None)
+        assert asyncio.run(log.read_async(TxnId(partition, 0, "0123456789abcdef"), recent=True)) == (None, None)
+        assert time.monotonic() - started < 1.0
 
 
 def test_the_live_view_answers_for_what_it_saw_and_defers_the_rest(

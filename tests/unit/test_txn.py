@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from ferry import txn as t
+from ferry.txnlog import TxnId, parse_id
 
 ID = "tx1"
 
@@ -164,3 +165,26 @@ def test_oldest_prepared_age() -> None:
 def test_giving_up_takes_about_eleven_minutes_with_the_defaults() -> None:
     # 1+2+4+8+16+32 s, then 8 checks a minute apart: 543 s from the first check to the 15th.
     assert t.checks_to_give_up(15) == 543
+
+
+@pytest.mark.parametrize(
+    ("raw", "parsed"),
+    [
+        ("0.0.0123456789abcdef", TxnId(0, 0, "0123456789abcdef")),
+        ("8.1234.0123456789abcdef", TxnId(8, 1234, "0123456789abcdef")),
+        ("00.0.0123456789abcdef", None),  # only the spelling the gateway hands out
+        ("0.00.0123456789abcdef", None),
+        ("0.01.0123456789abcdef", None),
+        ("0.0.0123456789ABCDEF", None),
+        ("0.0.0123456789abcdef\n", None),
+        (" 0.0.0123456789abcdef", None),
+        ("+1.0.0123456789abcdef", None),
+        ("0.0.0123456789abcde", None),
+        ("1234567.0.0123456789abcdef", None),
+        ("nope", None),
+    ],
+)
+def test_transaction_ids_are_read_only_in_their_canonical_form(raw: str, parsed: TxnId | None) -> None:
+    assert parse_id(raw) == parsed
+    if parsed is not None:
+        assert str(parsed) == raw
