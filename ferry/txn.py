@@ -53,6 +53,12 @@ class UnknownTransaction(TxnError):
     status = 404
 
 
+class Forbidden(TxnError):
+    """The caller may not write to a topic of the transaction, so it may not act on it."""
+
+    status = 403
+
+
 class Conflict(TxnError):
     status = 409
 

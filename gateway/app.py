@@ -8,7 +8,8 @@ unknown path or method, 413, 417) it raises as :class:`HttpError` for the server
 :func:`create_refusal`, as the server answers its own refusals.
 
 Every route but ``/healthz`` and ``/metrics`` needs ``Authorization: Bearer <token>`` (an ``admin``
-token, or a ``produce`` token whose topic patterns match). Errors are JSON ``{"error", "field"}``
+token, or a ``produce`` token whose topic patterns match every topic written, a transaction's
+included; a ``read`` token may only read a transaction's state). Errors are JSON ``{"error", "field"}``
 (the seed route: ``{"code", "message"}``) with 400, 401, 403, 404, 409, 413, 422 or 503 — bad input
 never yields a 500, and a 503 always carries ``Retry-After``.
 """
@@ -89,6 +90,7 @@ def create_handler(gw: Gateway) -> Handler:
         try:
             if request.path not in PUBLIC:
                 request.principal = await _authenticate(gw, request)
+                _check_read_scope(request)
             await request.read()  # the body, once the headers passed (Expect: 100-continue)
             route, param = _route(request.method, request.path)
             return await route(gw, request, param)
@@ -127,9 +129,20 @@ async def _authenticate(gw: Gateway, request: Request) -> Principal:
         raise ApiError(503, str(exc), retry_after_s=2) from None
     if principal is None:
         raise ApiError(401, "invalid or revoked token")
-    if principal.scope == "read":
-        raise ApiError(403, "a read token may not produce; use a produce or admin token")
     return principal
+
+
+def _check_read_scope(request: Request) -> None:
+    """A read token may only read (the state of a transaction); every other route produces. Checked
+    before the body is read, so such a request is refused before it is sent (Expect: 100-continue)."""
+    if request.principal.scope != "read":
+        return
+    try:
+        route, _ = _route(request.method, request.path)
+    except HttpError:
+        route = None  # not a route: refused like any a read token may not use
+    if route not in _READ_ROUTES:
+        raise ApiError(403, "a read token may not produce; use a produce or admin token")
 
 
 async def _body(request: Request) -> tuple[Any, bytes]:
@@ -300,25 +313,27 @@ async def txn_prepare(gw: Gateway, request: Request, __: str) -> Response:
     return _json(201, answer)
 
 
-async def _verb(txn_id: str, call: Callable[[str], Awaitable[dict[str, Any]]]) -> Response:
+async def _verb(
+    txn_id: str, call: Callable[[str, Callable[[str], bool]], Awaitable[dict[str, Any]]], may: Callable[[str], bool]
+) -> Response:
     try:
-        return _json(200, await call(txn_id))
+        return _json(200, await call(txn_id, may))
     except txn.TxnError as exc:
         raise ApiError(exc.status, str(exc), "id") from None
     except (TxnLogError, Busy) as exc:
         raise ApiError(503, f"the transaction log cannot be reached now: {exc}", retry_after_s=2) from None
 
 
-async def txn_commit(gw: Gateway, _: Request, txn_id: str) -> Response:
-    return await _verb(txn_id, _txns(gw).commit)
+async def txn_commit(gw: Gateway, request: Request, txn_id: str) -> Response:
+    return await _verb(txn_id, _txns(gw).commit, request.principal.may_produce)
 
 
-async def txn_rollback(gw: Gateway, _: Request, txn_id: str) -> Response:
-    return await _verb(txn_id, _txns(gw).rollback)
+async def txn_rollback(gw: Gateway, request: Request, txn_id: str) -> Response:
+    return await _verb(txn_id, _txns(gw).rollback, request.principal.may_produce)
 
 
-async def txn_get(gw: Gateway, _: Request, txn_id: str) -> Response:
-    return await _verb(txn_id, _txns(gw).get)
+async def txn_get(gw: Gateway, request: Request, txn_id: str) -> Response:
+    return await _verb(txn_id, _txns(gw).get, request.principal.may_read)
 
 
 # --- service routes ------------------------------------------------------------------------------
@@ -353,6 +368,8 @@ _TXN = "/api/v1/transactions/"  # GET …/{id}, POST …/{id}/commit, POST …/{
 _TOPIC_ROUTES: dict[str, Route] = {"POST": produce_records}
 _TXN_GET: dict[str, Route] = {"GET": txn_get}
 _TXN_VERBS: dict[str, dict[str, Route]] = {"commit": {"POST": txn_commit}, "rollback": {"POST": txn_rollback}}
+_READ_ROUTES = frozenset({txn_get})
+"""The routes a read token may use (it sees transactions in the portal too)."""
 
 
 def _route(method: str, path: str) -> tuple[Route, str]:

@@ -43,7 +43,7 @@ def _errors(*codes: int) -> dict[str, Any]:
     text = {
         400: "invalid input (field names it)",
         401: "missing, invalid or revoked token",
-        403: "the token may not produce to this topic",
+        403: "a read token, or a token that may not produce to the topic (a transaction: to one of its topics)",
         404: "unknown topic or transaction",
         409: "the transaction is already decided the other way, or the Idempotency-Key is in use",
         413: "body over FERRY_MAX_BODY_BYTES",
@@ -163,7 +163,7 @@ OPENAPI: dict[str, Any] = {
             "get": {
                 "summary": "A transaction's state and checks",
                 "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
-                "responses": {"200": {"description": '{"id", "state", "checks"}'}, **_errors(401, 404)},
+                "responses": {"200": {"description": '{"id", "state", "checks"}'}, **_errors(401, 403, 404, 503)},
             }
         },
         "/api/v1/transactions/{id}/commit": {
@@ -172,7 +172,7 @@ OPENAPI: dict[str, Any] = {
                 "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
                 "responses": {
                     "200": {"description": '{"id", "state": "committed", "results"}'},
-                    **_errors(401, 404, 409),
+                    **_errors(401, 403, 404, 409, 503),
                 },
             }
         },
@@ -180,7 +180,10 @@ OPENAPI: dict[str, Any] = {
             "post": {
                 "summary": "Roll back: nothing is ever written; repeating answers the same",
                 "parameters": [{"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}],
-                "responses": {"200": {"description": '{"id", "state": "rolled_back"}'}, **_errors(401, 404, 409)},
+                "responses": {
+                    "200": {"description": '{"id", "state": "rolled_back"}'},
+                    **_errors(401, 403, 404, 409, 503),
+                },
             }
         },
         "/healthz": {"get": {"security": [], "summary": "Readiness: 200, or 503 while Kafka is unreachable"}},

@@ -2,7 +2,9 @@
 
 Use case: the gateway accepts the portal's tokens (docs/contract.md §9). ``admin`` tokens produce
 anywhere, ``produce`` tokens only to topics matching one of their patterns (``*`` matches any run of
-characters), ``read`` tokens never. The database is not on the write path:
+characters), ``read`` tokens never. A transaction (§11) is a produce: a token may commit or roll it
+back where it may produce every record's topic; reading its state is also open to ``read`` tokens
+(the portal lists transactions to them). The database is not on the write path:
 
 - a token looked up is trusted for ``ttl_s`` (``FERRY_GATEWAY_TOKEN_CACHE_MS``): a token revoked in
   the portal stops working within that time;
@@ -46,6 +48,11 @@ class Principal:
         if self.scope == "admin":
             return True
         return self.scope == "produce" and any(_pattern(p).fullmatch(topic) for p in self.topics)
+
+    def may_read(self, topic: str) -> bool:
+        """Whether the token may see the state of what is written to ``topic`` (a transaction's):
+        ``read`` tokens may, as in the portal; others where they may produce."""
+        return self.scope == "read" or self.may_produce(topic)
 
 
 @lru_cache(maxsize=4096)

@@ -37,6 +37,9 @@ _log = log.get_logger(__name__)
 
 Write = Callable[[str, list[dict[str, Any]]], Awaitable[list[dict[str, Any]]]]
 """Write a committed transaction's stored records (id, records) → one result per record, as §9."""
+MayWrite = Callable[[str], bool]
+"""Whether the caller may write to a topic (its token's right): it may act on a transaction only
+where it could have prepared it, that is write to every record's topic."""
 
 MAX_TIMEOUT_MS = 24 * 3600 * 1000
 FINISH_WAIT_S = 10.0
@@ -76,16 +79,18 @@ class Transactions:
         txn_id = await self.log.prepare_async(entry)
         return {"id": str(txn_id), "state": "prepared"}
 
-    async def get(self, raw_id: str) -> dict[str, Any]:
+    async def get(self, raw_id: str, may_write: MayWrite) -> dict[str, Any]:
         tid = _parse(raw_id)
-        state, _ = await self.log.read_async(tid)
+        state, prepare = await self.log.read_async(tid)
         if state is None:
             raise txn.UnknownTransaction(_unknown(raw_id))
+        _check_scope(raw_id, prepare, may_write)
         return state.public()
 
-    async def commit(self, raw_id: str) -> dict[str, Any]:
+    async def commit(self, raw_id: str, may_write: MayWrite) -> dict[str, Any]:
         tid = _parse(raw_id)
         state, prepare = await self.log.read_async(tid, recent=True)
+        _check_scope(raw_id, prepare, may_write)
         answer = txn.decide(state, "commit", raw_id)
         mine = False
         if answer == "append":
@@ -129,9 +134,10 @@ class Transactions:
                 return state, prepare
             await asyncio.sleep(min(FINISH_POLL_S, max(0.0, decided_s + FINISH_WAIT_S - time.time())))
 
-    async def rollback(self, raw_id: str) -> dict[str, Any]:
+    async def rollback(self, raw_id: str, may_write: MayWrite) -> dict[str, Any]:
         tid = _parse(raw_id)
-        state, _ = await self.log.read_async(tid, recent=True)
+        state, prepare = await self.log.read_async(tid, recent=True)
+        _check_scope(raw_id, prepare, may_write)
         answer = txn.decide(state, "rollback", raw_id)
         if answer == "append":
             state, _ = await self.log.decide_async(tid, {"kind": "rollback", "reason": "producer"})
@@ -144,6 +150,18 @@ def _parse(raw_id: str) -> TxnId:
     if tid is None:
         raise txn.UnknownTransaction(_unknown(raw_id))
     return tid
+
+
+def _check_scope(raw_id: str, prepare: dict[str, Any] | None, may_write: MayWrite) -> None:
+    """Raise :class:`ferry.txn.Forbidden` unless the caller may write every record's topic (checked
+    before any answer that depends on the state, so a token without the right learns nothing of
+    it). Nothing to check for an unknown transaction: the caller answers 404."""
+    for rec in (prepare or {}).get("records", ()):
+        if not may_write(rec["topic"]):
+            raise txn.Forbidden(
+                f"this token may not produce to topic {rec['topic']!r}, which transaction {raw_id!r} writes to;"
+                " use a token whose topic patterns match every topic of the transaction"
+            )
 
 
 def _unknown(raw_id: str) -> str:

@@ -51,11 +51,11 @@ def gateway(tmp_path: Path, kafka_bootstrap: str, db_url: str) -> Iterator[Servi
         proc.stop()
 
 
-def make_token(db_url: str, scope: str, topics: list[str] | None = None) -> str:
+def make_token(db_url: str, scope: str, topics: list[str] | None = None, name: str = "") -> str:
     engine = db.make_engine(db_url)
     try:
         with db.session(engine) as s:
-            _, plain = db.create_token(s, f"t-{scope}", scope, "test", topics)  # type: ignore[arg-type]
+            _, plain = db.create_token(s, name or f"t-{scope}", scope, "test", topics)  # type: ignore[arg-type]
         return plain
     finally:
         engine.dispose()
@@ -322,6 +322,63 @@ def test_transactions_over_http(gateway: ServiceProcess, kafka_bootstrap: str, t
     written = read(kafka_bootstrap, topic_name)
     assert [dict(h)["ferry-transaction-seq"] for *_, h in written] == [b"0", b"1", b"2"]
     assert {dict(h)["ferry-transaction-id"] for *_, h in written} == {tid.encode()}
+
+
+def test_transaction_verbs_need_the_right_to_every_topic(
+    gateway: ServiceProcess, kafka_bootstrap: str, db_url: str, topic_name: str
+) -> None:
+    """A produce token acts on a transaction (commit, rollback, read) only if it could have
+    prepared it; a read token may read any; an admin token may do anything."""
+    mine, other = f"{topic_name}.mine", f"{topic_name}.other"
+    create_topic(kafka_bootstrap, mine, 1)
+    create_topic(kafka_bootstrap, other, 1)
+    produce = make_token(db_url, "produce", [f"{topic_name}.m*"], name="t-mine")
+    reader = make_token(db_url, "read")
+    check = "http://127.0.0.1:9/check"
+    with client(gateway) as admin, client(gateway, produce) as p, client(gateway, reader) as r:
+
+        def prepare(*topics: str) -> str:
+            body = {"records": [{"topic": t, "value": t} for t in topics], "check_url": check}
+            prepared = admin.post("/api/v1/transactions", json=body)
+            assert prepared.status_code == 201, prepared.text
+            return str(prepared.json()["id"])
+
+        theirs, mixed = prepare(other), prepare(mine, other)
+        for tid in (theirs, mixed):
+            refused = [
+                p.post(f"/api/v1/transactions/{tid}/commit"),
+                p.post(f"/api/v1/transactions/{tid}/rollback"),
+                p.get(f"/api/v1/transactions/{tid}"),
+            ]
+            for answer in refused:
+                assert answer.status_code == 403, answer.text
+                assert answer.json() == {
+                    "error": f"this token may not produce to topic {other!r}, which transaction {tid!r} writes to;"
+                    " use a token whose topic patterns match every topic of the transaction",
+                    "field": "id",
+                }
+            assert admin.get(f"/api/v1/transactions/{tid}").json()["state"] == "prepared"  # untouched
+        assert read(kafka_bootstrap, other) == [] and read(kafka_bootstrap, mine) == []
+
+        own = p.post("/api/v1/transactions", json={"records": [{"topic": mine, "value": 1}], "check_url": check})
+        assert own.status_code == 201, own.text
+        tid = own.json()["id"]
+        assert p.get(f"/api/v1/transactions/{tid}").json() == {"id": tid, "state": "prepared", "checks": 0}
+        seen = r.get(f"/api/v1/transactions/{tid}")
+        r_commit = r.post(f"/api/v1/transactions/{tid}/commit")
+        r_rollback = r.post(f"/api/v1/transactions/{tid}/rollback")
+        committed = p.post(f"/api/v1/transactions/{tid}/commit")
+        r_theirs = r.get(f"/api/v1/transactions/{theirs}")
+        r_prepare = r.post("/api/v1/transactions", json={"records": [{"topic": mine}], "check_url": check})
+        admin_rollback = admin.post(f"/api/v1/transactions/{theirs}/rollback")
+    assert seen.status_code == 200 and seen.json() == {"id": tid, "state": "prepared", "checks": 0}
+    for refused_read in (r_commit, r_rollback, r_prepare):
+        assert refused_read.status_code == 403
+        assert refused_read.json()["error"] == "a read token may not produce; use a produce or admin token"
+    assert committed.status_code == 200 and committed.json()["results"] == [{"partition": 0, "offset": 0}]
+    assert r_theirs.status_code == 200 and r_theirs.json()["state"] == "prepared"
+    assert admin_rollback.status_code == 200 and admin_rollback.json()["state"] == "rolled_back"
+    assert [v for *_, v, _ in read(kafka_bootstrap, mine)] == [b"1"] and read(kafka_bootstrap, other) == []
 
 
 def test_unknown_and_non_canonical_transaction_ids_are_404_at_once(

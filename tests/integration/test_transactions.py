@@ -21,6 +21,11 @@ from tests.support.kafka import create_topic
 pytestmark = pytest.mark.integration
 
 
+def any_topic(_topic: str) -> bool:
+    """A token's right to write anywhere (an admin token's)."""
+    return True
+
+
 def read_all(bootstrap: str, topic: str, partitions: int) -> list[tuple[bytes | None, bytes | None, dict[str, bytes]]]:
     out = []
 
@@ -60,30 +65,30 @@ async def test_prepare_commit_and_repeat(replicas, kafka_bootstrap: str, topic_n
     prepared = await a.prepare(records_for(topic_name, 5), "http://127.0.0.1:1/check", 60_000)
     assert prepared["state"] == "prepared"
     assert read_all(kafka_bootstrap, topic_name, 2) == []  # invisible until commit
-    assert await b.get(prepared["id"]) == {"id": prepared["id"], "state": "prepared", "checks": 0}
+    assert await b.get(prepared["id"], any_topic) == {"id": prepared["id"], "state": "prepared", "checks": 0}
 
-    first = await b.commit(prepared["id"])
+    first = await b.commit(prepared["id"], any_topic)
     assert first["state"] == "committed" and len(first["results"]) == 5
     assert all("offset" in r for r in first["results"])
-    again = await a.commit(prepared["id"])  # another replica, the same answer, nothing written again
+    again = await a.commit(prepared["id"], any_topic)  # another replica, the same answer, nothing written again
     assert again == first
     written = read_all(kafka_bootstrap, topic_name, 2)
     assert sorted(h["ferry-transaction-seq"] for _, _, h in written) == [str(i).encode() for i in range(5)]
     assert {h["ferry-transaction-id"] for _, _, h in written} == {prepared["id"].encode()}
     assert {h["app"] for _, _, h in written} == {b"x"}
     with pytest.raises(txn.Conflict):
-        await a.rollback(prepared["id"])
-    assert (await a.get(prepared["id"]))["state"] == "committed"
+        await a.rollback(prepared["id"], any_topic)
+    assert (await a.get(prepared["id"], any_topic))["state"] == "committed"
 
 
 async def test_rollback_is_final_and_writes_nothing(replicas, kafka_bootstrap: str, topic_name: str) -> None:  # type: ignore[no-untyped-def]
     a, b = replicas
     create_topic(kafka_bootstrap, topic_name, 1)
     prepared = await a.prepare(records_for(topic_name, 2), "http://127.0.0.1:1/check", None)
-    assert await b.rollback(prepared["id"]) == {"id": prepared["id"], "state": "rolled_back"}
-    assert await a.rollback(prepared["id"]) == {"id": prepared["id"], "state": "rolled_back"}
+    assert await b.rollback(prepared["id"], any_topic) == {"id": prepared["id"], "state": "rolled_back"}
+    assert await a.rollback(prepared["id"], any_topic) == {"id": prepared["id"], "state": "rolled_back"}
     with pytest.raises(txn.Conflict):
-        await a.commit(prepared["id"])
+        await a.commit(prepared["id"], any_topic)
     assert read_all(kafka_bootstrap, topic_name, 1) == []
 
 
@@ -92,8 +97,10 @@ async def test_contrary_verbs_at_once_one_decision_stands(replicas, kafka_bootst
     create_topic(kafka_bootstrap, topic_name, 1)
     for _ in range(3):
         prepared = await a.prepare(records_for(topic_name, 1), "http://127.0.0.1:1/check", None)
-        outcomes = await asyncio.gather(a.commit(prepared["id"]), b.rollback(prepared["id"]), return_exceptions=True)
-        final = (await a.get(prepared["id"]))["state"]
+        outcomes = await asyncio.gather(
+            a.commit(prepared["id"], any_topic), b.rollback(prepared["id"], any_topic), return_exceptions=True
+        )
+        final = (await a.get(prepared["id"], any_topic))["state"]
         if final == "committed":
             assert isinstance(outcomes[1], txn.Conflict) and outcomes[0]["state"] == "committed"
         else:
@@ -117,9 +124,9 @@ async def test_bad_input_and_unknown_ids(replicas, topic_name: str) -> None:  # 
     assert bad_timeout.value.field == "timeout_ms"
     for unknown in ("nope", "0.0.0000000000000000", "9.0.0123456789abcdef", "100.0.0123456789abcdef"):
         with pytest.raises(txn.UnknownTransaction):
-            await a.get(unknown)
+            await a.get(unknown, any_topic)
         with pytest.raises(txn.UnknownTransaction):
-            await a.commit(unknown)
+            await a.commit(unknown, any_topic)
 
 
 async def test_a_commit_decided_by_someone_else_is_left_to_them(
@@ -148,7 +155,7 @@ async def test_a_commit_decided_by_someone_else_is_left_to_them(
         await asyncio.sleep(0.6)
         await a.log.append_async(tid, {"kind": "committed", "results": results})
 
-    answer, _ = await asyncio.gather(a.commit(prepared["id"]), the_check_finishes())
+    answer, _ = await asyncio.gather(a.commit(prepared["id"], any_topic), the_check_finishes())
     assert answer == {"id": prepared["id"], "state": "committed", "results": results}
     assert writes == []
 
@@ -157,5 +164,27 @@ async def test_a_commit_decided_by_someone_else_is_left_to_them(
     assert otid is not None
     old_ms = int(time.time() * 1000) - 60_000  # decided a minute ago by a writer that died
     await a.log.append_async(otid, {"kind": "commit", "by": "check", "eid": "dead", "ts": old_ms})
-    finished = await a.commit(orphan["id"])
+    finished = await a.commit(orphan["id"], any_topic)
     assert finished["state"] == "committed" and writes == [orphan["id"]]
+
+
+async def test_a_verb_needs_the_right_to_every_topic_of_the_transaction(
+    replicas, kafka_bootstrap: str, topic_name: str
+) -> None:  # type: ignore[no-untyped-def]
+    """Checked before the state is looked at: a token without the right learns nothing of it."""
+    a, _ = replicas
+    create_topic(kafka_bootstrap, topic_name, 1)
+    prepared = await a.prepare(records_for(topic_name, 2), "http://127.0.0.1:1/check", 60_000)
+    tid = prepared["id"]
+
+    def elsewhere(topic: str) -> bool:
+        return topic != topic_name
+
+    for verb in (a.get, a.commit, a.rollback):
+        with pytest.raises(txn.Forbidden) as err:
+            await verb(tid, elsewhere)
+        assert err.value.status == 403 and repr(topic_name) in str(err.value)
+    assert (await a.rollback(tid, any_topic))["state"] == "rolled_back"
+    with pytest.raises(txn.Forbidden):
+        await a.commit(tid, elsewhere)  # not 409: the token may not know its state
+    assert read_all(kafka_bootstrap, topic_name, 1) == []
