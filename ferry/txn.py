@@ -124,13 +124,28 @@ def apply(txn: Txn | None, entry: dict[str, Any]) -> Txn | None:
         return replace(txn, state="committing", decided_by=entry.get("eid"), decided_ms=decided_ms)
     if kind == "committed":
         if txn.state in ("prepared", "committing"):
-            return replace(txn, state="committed", results=entry.get("results"))
+            return replace(txn, state="committed", results=committed_results(entry.get("results")))
         return txn
     if kind == "rollback":
         if txn.state == "prepared":
             return replace(txn, state="rolled_back", reason=str(entry.get("reason", "producer")))
         return txn
     raise ValueError(f"unknown transaction log entry kind {kind!r}")
+
+
+UNKNOWN_POSITION: dict[str, Any] = {"partition": None, "offset": None}
+"""The answer for a record whose ``committed`` entry says it was written but not where."""
+
+
+def committed_results(logged: Any) -> list[dict[str, Any]] | None:
+    """The per-record results (§9) a ``committed`` entry logged, as a commit answers them. Entries
+    the back-check logged before it kept where each record went hold ``{"written": true}``: the
+    record was written and acknowledged, its partition and offset are not known, so it answers
+    :data:`UNKNOWN_POSITION` — success, in the shape of §9, never an error (the records are in
+    their topics; a producer must not be led to write them again)."""
+    if not isinstance(logged, list):
+        return None
+    return [dict(UNKNOWN_POSITION) if r == {"written": True} else r for r in logged]
 
 
 def fold(entries: list[dict[str, Any]]) -> dict[str, Txn]:

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
@@ -56,17 +56,20 @@ class AsyncProducer:
         key: bytes | None = None,
         headers: Sequence[tuple[str, bytes | None]] | None = None,
         partition: int | None = None,
-    ) -> None:
-        """Produce and wait for the broker's confirmation (to ``partition``, or the key's)."""
+    ) -> tuple[int, int]:
+        """Produce and wait for the broker's confirmation (to ``partition``, or the key's); where
+        the record was written: its partition and offset."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
+        fut: asyncio.Future[tuple[int, int]] = loop.create_future()
 
-        def done(err: KafkaError | None, _msg: Message) -> None:
+        def done(err: KafkaError | None, msg: Message) -> None:
+            written = (msg.partition(), msg.offset())  # read in the poll thread, as reported
+
             def settle() -> None:
                 if fut.done():
                     return
                 if err is None:
-                    fut.set_result(None)
+                    fut.set_result(cast(tuple[int, int], written))
                 else:
                     fut.set_exception(ProduceFailed(f"producing to {topic!r} failed: {err.str()}"))
 
@@ -74,7 +77,7 @@ class AsyncProducer:
                 loop.call_soon_threadsafe(settle)
 
         self.produce(topic, value, key, headers, done, partition)
-        await fut
+        return await fut
 
     def produce(
         self,

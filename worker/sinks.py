@@ -227,8 +227,9 @@ class TxnSink:
                     rec.get("partition"),
                 )
             )
-        await asyncio.gather(*sends)
-        return [{"written": True} for _ in records]
+        # As the gateway's commit answers (§9): every later commit answer and read of the
+        # transaction repeats what the `committed` entry logs.
+        return [{"partition": p, "offset": o} for p, o in await asyncio.gather(*sends)]
 
     def close(self) -> None:
         self._pool.close()

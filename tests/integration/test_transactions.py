@@ -188,3 +188,22 @@ async def test_a_verb_needs_the_right_to_every_topic_of_the_transaction(
     with pytest.raises(txn.Forbidden):
         await a.commit(tid, elsewhere)  # not 409: the token may not know its state
     assert read_all(kafka_bootstrap, topic_name, 1) == []
+
+
+async def test_a_committed_entry_of_the_old_shape_answers_written_records(
+    replicas, kafka_bootstrap: str, topic_name: str
+) -> None:  # type: ignore[no-untyped-def]
+    """Logs written before the back-check kept where records went hold ``{"written": true}`` per
+    record: a commit answers them in the shape of §9, written at an unknown position."""
+    a, b = replicas
+    create_topic(kafka_bootstrap, topic_name, 1)
+    prepared = await a.prepare(records_for(topic_name, 2), "http://127.0.0.1:1/check", 60_000)
+    tid = parse_id(prepared["id"])
+    assert tid is not None
+    await a.log.append_async(tid, {"kind": "commit", "by": "check", "eid": "old-check"})
+    await a.log.append_async(tid, {"kind": "committed", "results": [{"written": True}] * 2})
+    unknown = {"partition": None, "offset": None}
+    for replica in (a, b):
+        answer = await replica.commit(prepared["id"], any_topic)
+        assert answer == {"id": prepared["id"], "state": "committed", "results": [unknown, unknown]}
+    assert read_all(kafka_bootstrap, topic_name, 1) == []  # answered from the log: nothing written again

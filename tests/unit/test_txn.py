@@ -167,6 +167,20 @@ def test_giving_up_takes_about_eleven_minutes_with_the_defaults() -> None:
     assert t.checks_to_give_up(15) == 543
 
 
+def test_committed_results_are_answered_as_logged() -> None:
+    results = [{"partition": 1, "offset": 7}, {"partition": 0, "offset": 3}]
+    state = t.fold([prepare(), e("commit"), e("committed", results=results)])[ID]
+    assert state.results == results
+
+
+def test_committed_entries_of_the_old_shape_answer_written_at_an_unknown_position() -> None:
+    """A back-check logged ``{"written": true}`` per record before it kept where records went:
+    they are in their topics, so each answers as written, its partition and offset unknown."""
+    state = t.fold([prepare(), e("commit"), e("committed", results=[{"written": True}] * 2)])[ID]
+    assert state.results == [{"partition": None, "offset": None}] * 2
+    assert t.committed_results(None) is None
+
+
 @pytest.mark.parametrize(
     ("raw", "parsed"),
     [

@@ -212,3 +212,27 @@ def test_a_check_decision_stands_only_if_it_is_first_in_the_log(
     assert world.runner is not None, name
     counted = world.runner.counters.committed, world.runner.counters.rolled_back
     assert counted == ((1, 0) if final == "committed" else (0, 1)), name
+
+
+def test_the_workers_write_port_answers_where_each_record_went() -> None:
+    """The back-check's writes log what a producer's commit answers (§9): partition and offset."""
+    from ferry.netguard import EndpointPolicy
+    from ferry.worker.sinks import TxnSink
+
+    class Producer:
+        sent: list[tuple[str, bytes | None, int | None]] = []
+
+        async def send(
+            self, topic: str, value: bytes | None, key: bytes | None = None, headers: Any = None, partition: Any = None
+        ) -> tuple[int, int]:
+            self.sent.append((topic, value, partition))
+            return (partition if partition is not None else 1, 40 + len(self.sent))
+
+    async def scenario() -> list[dict[str, Any]]:
+        sink = TxnSink(Producer(), "__ferry_txn", EndpointPolicy(), 3)  # type: ignore[arg-type]
+        try:
+            return await sink._write(ID, [{**RECORDS[0], "partition": 2}, RECORDS[1]])
+        finally:
+            sink.close()
+
+    assert asyncio.run(scenario()) == [{"partition": 2, "offset": 41}, {"partition": 1, "offset": 42}]
