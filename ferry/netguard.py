@@ -23,11 +23,13 @@ import fnmatch
 import ipaddress
 import socket
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
-from ferry.errors import EndpointRefused
+from ferry.errors import EndpointRefused, ValidationError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+MAX_URL = 2048
 
 METADATA_HOSTS = frozenset({"metadata.google.internal", "metadata.goog", "metadata"})
 METADATA_ADDRESSES = frozenset(
@@ -112,6 +114,30 @@ class EndpointPolicy:
         addresses = self.resolve(host)
         self.check_addresses(url, host, addresses)
         return addresses
+
+
+def http_url(value: Any, field: str, purpose: str, credentials_hint: str) -> str:
+    """``value`` as a URL Ferry sends requests to (an endpoint's, a transaction's ``check_url``),
+    before its host is checked: http or https, a host, a valid port, no credentials — requests are
+    never sent with the ``user:password@`` of a URL, so one that carries them is refused rather
+    than silently stripped (``credentials_hint`` says what to do instead). Raises
+    :class:`ValidationError` on ``field``; ``purpose`` ends "the http(s) URL …"."""
+    if not isinstance(value, str) or not value:
+        raise ValidationError(field, f"is required: the http(s) URL {purpose}")
+    if len(value) > MAX_URL:
+        raise ValidationError(field, f"must be at most {MAX_URL} characters")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        raise ValidationError(field, "must use http or https")
+    if not parts.hostname:
+        raise ValidationError(field, "must name a host")
+    if parts.username or parts.password:
+        raise ValidationError(field, f"must not carry credentials; {credentials_hint}")
+    try:
+        _ = parts.port
+    except ValueError:
+        raise ValidationError(field, "has an invalid port") from None
+    return value
 
 
 def _check_name(url: str, host: str) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
-from ferry import filters
+from ferry import filters, netguard
 from ferry.config import CLUSTER_NAME_RE as CLUSTER_RE
 from ferry.config import DEFAULT_KAFKA_CLUSTER
 from ferry.errors import ValidationError
@@ -245,22 +245,7 @@ def _topic(value: Any, path: str) -> str:
 
 
 def _url(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValidationError("endpoint.url", "is required: the http(s) URL records are pushed to")
-    if len(value) > 2048:
-        raise ValidationError("endpoint.url", "must be at most 2048 characters")
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https"):
-        raise ValidationError("endpoint.url", "must use http or https")
-    if not parts.hostname:
-        raise ValidationError("endpoint.url", "must name a host")
-    if parts.username or parts.password:
-        raise ValidationError("endpoint.url", "must not carry credentials; use endpoint.headers instead")
-    try:
-        _ = parts.port
-    except ValueError:
-        raise ValidationError("endpoint.url", "has an invalid port") from None
-    return value
+    return netguard.http_url(value, "endpoint.url", "records are pushed to", "use endpoint.headers instead")
 
 
 def _headers(value: Any, previous: Mapping[str, str] | None) -> dict[str, str]:

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from ferry import log, txn
+from ferry import log, netguard, txn
 from ferry.clock import now_ms
 from ferry.errors import EndpointRefused, ValidationError
 from ferry.gateway.records import Outgoing
@@ -57,8 +57,12 @@ class Transactions:
 
     async def prepare(self, records: list[Outgoing], check_url: Any, timeout_ms: Any) -> dict[str, Any]:
         """Store a prepared transaction of already validated ``records``."""
-        if not isinstance(check_url, str) or not check_url.startswith(("http://", "https://")):
-            raise ValidationError("check_url", "must be an http:// or https:// URL")
+        check_url = netguard.http_url(
+            check_url,
+            "check_url",
+            "Ferry asks whether to commit a transaction left undecided",
+            "the check is sent without them (put a secret the check endpoint needs in its path)",
+        )
         try:
             if literal_address(urlsplit(check_url).hostname or "") is not None:
                 self._policy.check_url(check_url)  # nothing to resolve: no thread

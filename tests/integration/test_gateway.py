@@ -403,3 +403,26 @@ def test_unknown_and_non_canonical_transaction_ids_are_404_at_once(
                 assert answer.json()["field"] == "id" and repr(bad) in answer.json()["error"]
         canonical = c.get(f"/api/v1/transactions/{tid}")
     assert canonical.status_code == 200 and canonical.json()["id"] == tid
+
+
+def test_transaction_input_errors_name_the_field_to_change(
+    gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str
+) -> None:
+    create_topic(kafka_bootstrap, topic_name, 1)
+    check = "http://127.0.0.1:9/check"
+    with client(gateway) as c:
+
+        def prepare(record: dict, check_url: str = check) -> httpx.Response:  # type: ignore[type-arg]
+            return c.post(
+                "/api/v1/transactions", json={"records": [{"topic": topic_name, **record}], "check_url": check_url}
+            )
+
+        credentials = prepare({"value": 1}, "http://user:secret@127.0.0.1:28090/check/x")
+        password_only = prepare({"value": 1}, "http://:secret@127.0.0.1:28090/check/x")
+    for refused in (credentials, password_only):
+        assert refused.status_code == 400 and refused.json() == {
+            "error": "must not carry credentials; the check is sent without them"
+            " (put a secret the check endpoint needs in its path)",
+            "field": "check_url",
+        }
+    assert read(kafka_bootstrap, topic_name) == []

@@ -6,8 +6,8 @@ import ipaddress
 
 import pytest
 
-from ferry.errors import EndpointRefused
-from ferry.netguard import EndpointPolicy
+from ferry.errors import EndpointRefused, ValidationError
+from ferry.netguard import EndpointPolicy, http_url
 
 
 def ips(*addrs: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
@@ -127,3 +127,28 @@ def test_check_url_asks_the_injected_resolver() -> None:
 
     assert EndpointPolicy(resolver=resolver).check_url("http://name.example:81/") == ips("127.0.0.1")
     assert asked == ["name.example"]
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        (None, "is required: the http(s) URL it is for"),
+        ("", "is required"),
+        ("ftp://host/x", "must use http or https"),
+        ("http:///x", "must name a host"),
+        ("http://user:secret@127.0.0.1:28090/check/x", "must not carry credentials; do this instead"),
+        ("http://user@host/x", "must not carry credentials"),
+        ("http://:secret@host/x", "must not carry credentials"),
+        ("http://host:99999/x", "has an invalid port"),
+        ("http://host/" + "x" * 2048, "at most 2048 characters"),
+    ],
+)
+def test_a_url_ferry_sends_to_is_refused_with_what_to_change(url: object, says: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        http_url(url, "the.field", "it is for", "do this instead")
+    assert err.value.field == "the.field" and says in err.value.message
+
+
+@pytest.mark.parametrize("url", ["http://host/x", "https://10.0.0.1:8443/a?b=c", "http://[::1]:80/"])
+def test_a_plain_http_url_passes(url: str) -> None:
+    assert http_url(url, "f", "p", "h") == url
