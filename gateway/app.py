@@ -282,19 +282,11 @@ async def txn_prepare(gw: Gateway, request: Request, __: str) -> Response:
     now = now_ms()
     stored = []
     for i, raw in enumerate(doc["records"]):
-        topic = raw.get("topic") if isinstance(raw, dict) else None
-        if not isinstance(topic, str):
-            raise ApiError(400, "is required: the topic to write the record to", f"records[{i}].topic")
         try:
-            rq.check_topic(topic, f"records[{i}].topic")
+            rec = rq.parse_txn_record(raw, f"records[{i}]", now)
         except ValidationError as exc:
             raise ApiError(400, exc.message, exc.field) from None
-        _allowed(request, topic)
-        rec = rq.parse_record({k: v for k, v in raw.items() if k != "topic"}, topic, f"records[{i}]", now)
-        if isinstance(rec, rq.Refused):
-            raise ApiError(400, rec.error, rec.field)
-        if rec.due_ms is not None:
-            raise ApiError(400, "records of a transaction cannot be delayed", f"records[{i}].delay_ms")
+        _allowed(request, rec.topic)
         stored.append(rec)
     partitions = await _partitions(gw, {r.topic for r in stored})
     for i, rec in enumerate(stored):

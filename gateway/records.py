@@ -121,6 +121,22 @@ def _record(raw: Any, topic: str, path: str, now_ms: int) -> Outgoing:
     return Outgoing(topic, None if key is None else key.encode(), value, headers, partition, due)
 
 
+def parse_txn_record(raw: Any, path: str, now_ms: int) -> Outgoing:
+    """One record of a transaction (§11): ``{"topic", ...R}``, written when the transaction
+    commits, so never delayed. Raises :class:`ValidationError` naming the field to change."""
+    topic = raw.get("topic") if isinstance(raw, dict) else None
+    if not isinstance(topic, str):
+        raise ValidationError(f"{path}.topic", "is required: the topic to write the record to")
+    check_topic(topic, f"{path}.topic")
+    for name in ("delay_ms", "deliver_at"):  # the one given, before parse_due judges its value
+        if raw.get(name) is not None:
+            raise ValidationError(
+                f"{path}.{name}",
+                f"remove {name}: the records of a transaction are written when it commits and cannot be delayed",
+            )
+    return _record({k: v for k, v in raw.items() if k != "topic"}, topic, path, now_ms)
+
+
 def json_value(value: Any) -> bytes | None:
     """§9: a JSON string is written as its bare text, any other JSON value as its UTF-8 JSON text."""
     if value is None:

@@ -419,10 +419,20 @@ def test_transaction_input_errors_name_the_field_to_change(
 
         credentials = prepare({"value": 1}, "http://user:secret@127.0.0.1:28090/check/x")
         password_only = prepare({"value": 1}, "http://:secret@127.0.0.1:28090/check/x")
+        deliver_at = prepare({"value": 1, "deliver_at": int(time.time() * 1000) + 60_000})
+        past = prepare({"value": 1, "deliver_at": 1})
+        delay = prepare({"value": 1, "delay_ms": 5_000})
+        no_delay = prepare({"value": 1, "delay_ms": None})
     for refused in (credentials, password_only):
         assert refused.status_code == 400 and refused.json() == {
             "error": "must not carry credentials; the check is sent without them"
             " (put a secret the check endpoint needs in its path)",
             "field": "check_url",
         }
+    for refused, name in ((deliver_at, "deliver_at"), (past, "deliver_at"), (delay, "delay_ms")):
+        assert refused.status_code == 400 and refused.json() == {
+            "error": f"remove {name}: the records of a transaction are written when it commits and cannot be delayed",
+            "field": f"records[0].{name}",
+        }
+    assert no_delay.status_code == 201, no_delay.text
     assert read(kafka_bootstrap, topic_name) == []

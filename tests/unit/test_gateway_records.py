@@ -17,6 +17,7 @@ from ferry.gateway.records import (
     parse_record,
     parse_request,
     parse_seed,
+    parse_txn_record,
 )
 
 NOW = 1_800_000_000_000
@@ -211,3 +212,28 @@ def test_topic_names_follow_kafkas_rule(name: str, valid: bool) -> None:
         with pytest.raises(ValidationError) as caught:
             check_topic(name)
         assert caught.value.field == "topic"
+
+
+def test_a_transaction_record_keeps_its_topic_and_fields() -> None:
+    raw = {"topic": "orders", "key": "k", "value": {"n": 1}, "partition": 2, "delay_ms": None}
+    assert parse_txn_record(raw, "records[0]", NOW) == Outgoing("orders", b"k", b'{"n":1}', [], 2)
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "says"),
+    [
+        ({"value": 1}, "records[3].topic", "is required"),
+        ("x", "records[3].topic", "is required"),
+        ({"topic": "a/b"}, "records[3].topic", "not a valid Kafka topic name"),
+        ({"topic": "t", "deliver_at": NOW + 60_000}, "records[3].deliver_at", "remove deliver_at"),
+        ({"topic": "t", "deliver_at": 1}, "records[3].deliver_at", "remove deliver_at"),  # past: still a delay
+        ({"topic": "t", "deliver_at": "soon"}, "records[3].deliver_at", "remove deliver_at"),
+        ({"topic": "t", "delay_ms": 5}, "records[3].delay_ms", "remove delay_ms"),
+        ({"topic": "t", "value": 1, "value_b64": "MQ=="}, "records[3].value_b64", "not both"),
+        ({"topic": "t", "nope": 1}, "records[3].nope", "unknown field"),
+    ],
+)
+def test_a_bad_transaction_record_names_the_field_given(raw: Any, field: str, says: str) -> None:
+    with pytest.raises(ValidationError) as err:
+        parse_txn_record(raw, "records[3]", NOW)
+    assert err.value.field == field and says in err.value.message
