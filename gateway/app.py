@@ -16,6 +16,7 @@ never yields a 500, and a 503 always carries ``Retry-After``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
@@ -38,6 +39,7 @@ from ferry.gateway.producer import Busy, Producer
 from ferry.gateway.tokens import Principal, TokenCache, TokensUnavailable
 from ferry.gateway.topics import TopicCache
 from ferry.gateway.transactions import Transactions
+from ferry.guessing import FailedLogins
 from ferry.txnlog import TxnLogError, TxnTooLarge
 
 _log = log.get_logger(__name__)
@@ -66,6 +68,7 @@ class Gateway:
     metrics: GatewayMetrics
     delay_topic: str
     max_body_bytes: int
+    logins: FailedLogins = dataclasses.field(default_factory=FailedLogins)  # wrong tokens per client address
 
 
 Route = Callable[[Gateway, Request, str], Awaitable[Response]]
@@ -83,6 +86,10 @@ def _error_body(request: Request, status: int, message: str, field: str | None) 
     return {"error": message, "field": field}
 
 
+_ERROR_KINDS = {401: "auth", 403: "forbidden", 404: "unknown_topic", 413: "too_large", 429: "auth", 503: "unavailable"}
+"""The ``kind`` label of ``ferry_gateway_errors_total`` by status."""
+
+
 def create_handler(gw: Gateway) -> Handler:
     """The gateway's one request handler (see the module's docstring)."""
 
@@ -95,7 +102,14 @@ def create_handler(gw: Gateway) -> Handler:
             route, param = _route(request.method, request.path)
             return await route(gw, request, param)
         except ApiError as exc:
-            kind = {401: "auth", 403: "forbidden", 404: "unknown_topic", 413: "too_large", 503: "unavailable"}
+            kind = {
+                401: "auth",
+                403: "forbidden",
+                404: "unknown_topic",
+                413: "too_large",
+                429: "auth",
+                503: "unavailable",
+            }
             gw.metrics.errors.labels(kind.get(exc.status, "bad_request")).inc()
             return _json(exc.status, _error_body(request, exc.status, exc.message, exc.field), exc.retry_after_s)
 
@@ -123,12 +137,19 @@ async def _authenticate(gw: Gateway, request: Request) -> Principal:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "missing bearer token: send Authorization: Bearer <token>")
+    now = time.monotonic()
+    wait_s = gw.logins.blocked_for_s(request.client, now)
+    if wait_s:
+        retry_s = int(wait_s) + 1
+        raise ApiError(429, f"too many invalid tokens from this address; retry in {retry_s} s", retry_after_s=retry_s)
     try:
         principal = await gw.tokens.principal(token.strip())
     except TokensUnavailable as exc:
         raise ApiError(503, str(exc), retry_after_s=2) from None
     if principal is None:
+        gw.logins.failed(request.client, now)
         raise ApiError(401, "invalid or revoked token")
+    gw.logins.succeeded(request.client)
     return principal
 
 

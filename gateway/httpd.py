@@ -130,6 +130,7 @@ class Connection(asyncio.Protocol):
         self.server = server
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
+        self.peer = ""  # the client's address, for the requests it sends
         self.parser = httptools.HttpRequestParser(self)
         self.queue: deque[Request] = deque()  # read (or being read), not yet answered
         self.reading: Request | None = None  # the request whose head or body is arriving
@@ -148,6 +149,8 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         self.arm()
         self.server.opened(self)
 
@@ -191,7 +194,7 @@ class Connection(asyncio.Protocol):
     # --- httptools callbacks ---------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        self.reading = Request(self.send)
+        self.reading = Request(self.send, self.peer)
         self.url = b""
         self.head_bytes = 0
 
@@ -343,7 +346,7 @@ class Connection(asyncio.Protocol):
         request = self.reading
         self.reading = None
         if request is None or not request.method:  # the head was incomplete: a request of its own
-            request = Request(self.send)
+            request = Request(self.send, self.peer)
             request.method = "GET"
             if self.url.startswith(b"/"):  # the path is known once the request line was read
                 request.path = _path(self.url.split(b"?", 1)[0])

@@ -51,13 +51,14 @@ class Response:
 class Request:
     """One request: ``method``, ``path`` (percent-decoded, no query), ``headers`` (names in lower
     case; the first of repeated names), and its body through :meth:`read`. ``principal`` is the
-    handler's: who sent it, once known."""
+    handler's: who sent it, once known; ``client`` the address it came from."""
 
     __slots__ = (
         "_body",
         "_send",
         "_size",
         "_waiter",
+        "client",
         "complete",
         "error",
         "expect",
@@ -69,8 +70,9 @@ class Request:
         "version",
     )
 
-    def __init__(self, send: Callable[[bytes], None]) -> None:
+    def __init__(self, send: Callable[[bytes], None], client: str = "") -> None:
         self._send = send  # writes to the connection (the 100 Continue)
+        self.client = client  # the peer's address
         self._body: list[bytes] = []
         self._size = 0
         self._waiter: asyncio.Future[None] | None = None

@@ -17,7 +17,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from ferry import db, log
 from ferry.clock import now_ms
 from ferry.config import Settings
-from ferry.portal import api_admin, api_health, api_internal, api_ops, api_subscriptions, auth, openapi, ui
+from ferry.guessing import FailedLogins
+from ferry.portal import api_admin, api_health, api_internal, api_ops, api_subscriptions, openapi, ui
 from ferry.portal.cluster import Cluster
 from ferry.portal.history_store import HistoryStore
 from ferry.portal.http import (
@@ -71,7 +72,7 @@ def create_app(settings: Settings, cluster: Cluster | None = None) -> web.Applic
     app[ENGINE] = db.make_engine(settings.database.url)
     app[CLUSTER] = cluster or Cluster(settings)
     app[OPS] = Operations(app[ENGINE], app[CLUSTER])
-    app[LOGINS] = auth.FailedLogins()
+    app[LOGINS] = FailedLogins()
     replica = f"{socket.gethostname()}:{settings.portal.port}"
     app[HISTORY] = HistoryStore(app[ENGINE], settings.portal.history_interval_ms / 1000, replica)
     registry = CollectorRegistry()

@@ -23,6 +23,7 @@ from sqlalchemy.engine import Engine
 from ferry import log
 from ferry.config import Settings
 from ferry.errors import FerryError, ValidationError
+from ferry.guessing import FailedLogins
 from ferry.portal import auth, csrf
 from ferry.portal.cluster import Cluster
 from ferry.portal.history_store import HistoryStore
@@ -37,7 +38,7 @@ CLUSTER = web.AppKey("cluster", Cluster)
 OPS = web.AppKey("operations", Operations)
 METRICS = web.AppKey("metrics", dict)
 PRINCIPAL = web.RequestKey("principal", auth.Principal)
-LOGINS = web.AppKey("failed-logins", auth.FailedLogins)
+LOGINS = web.AppKey("failed-logins", FailedLogins)
 HISTORY = web.AppKey("history", HistoryStore)
 
 SECURITY_HEADERS = {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.portal.auth import FailedLogins, bearer
+from ferry.guessing import FailedLogins
+from ferry.portal.auth import bearer
 
 
 @pytest.mark.parametrize(
