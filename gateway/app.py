@@ -137,19 +137,24 @@ async def _authenticate(gw: Gateway, request: Request) -> Principal:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise ApiError(401, "missing bearer token: send Authorization: Bearer <token>")
+    token = token.strip()
     now = time.monotonic()
     wait_s = gw.logins.blocked_for_s(request.client, now)
     if wait_s:
+        # Many clients may share one address (a proxy, a NAT): a token known to be right still
+        # passes; a token not known now is refused without a look-up, so guessing stops there.
+        known = gw.tokens.known(token)
+        if known is not None:
+            return known
         retry_s = int(wait_s) + 1
         raise ApiError(429, f"too many invalid tokens from this address; retry in {retry_s} s", retry_after_s=retry_s)
     try:
-        principal = await gw.tokens.principal(token.strip())
+        principal = await gw.tokens.principal(token)
     except TokensUnavailable as exc:
         raise ApiError(503, str(exc), retry_after_s=2) from None
     if principal is None:
-        gw.logins.failed(request.client, now)
+        gw.logins.failed(request.client, now)  # right tokens do not clear it: no guessing in between
         raise ApiError(401, "invalid or revoked token")
-    gw.logins.succeeded(request.client)
     return principal
 
 
