@@ -24,6 +24,12 @@ from ferry.errors import ValidationError
 
 MAX_RECORDS = 10_000
 MAX_HEADER_NAME = 255
+RESERVED_HEADER_PREFIX = "ferry-"
+"""Header names Ferry writes itself (``ferry-deliver-at``, ``ferry-target-topic``, ``ferry-source-*``,
+``ferry-retry-attempts``, ``ferry-transaction-*``, ``ferry-error``, …), in any letter case: a
+record that sets one is refused, since the delay store and the dead-letter and retry paths act on
+them (a user's ``ferry-target-topic`` would deliver the record to another topic, past the token's
+scope; a user's ``ferry-deliver-at`` would deliver it early)."""
 _RECORD_FIELDS = frozenset({"key", "value", "value_b64", "headers", "partition", "delay_ms", "deliver_at"})
 _PLAIN_FIELDS = frozenset({"key", "value"})
 
@@ -164,6 +170,12 @@ def parse_headers(raw: Any, field: str) -> list[tuple[str, bytes]]:
     for name, value in raw.items():
         if not name or len(name) > MAX_HEADER_NAME:
             raise ValidationError(field, f"header names must be 1–{MAX_HEADER_NAME} characters")
+        if name[:6].lower() == RESERVED_HEADER_PREFIX:
+            raise ValidationError(
+                f"{field}.{name}",
+                f"header names starting with {RESERVED_HEADER_PREFIX!r} are reserved for Ferry; rename or drop "
+                "it (a re-produced dead letter: drop its ferry-* headers)",
+            )
         if not isinstance(value, str):
             raise ValidationError(f"{field}.{name}", "must be a string")
         out.append((name, value.encode()))

@@ -436,3 +436,57 @@ def test_transaction_input_errors_name_the_field_to_change(
         }
     assert no_delay.status_code == 201, no_delay.text
     assert read(kafka_bootstrap, topic_name) == []
+
+
+def test_headers_ferry_reserves_are_refused_on_every_route(
+    gateway: ServiceProcess, kafka_bootstrap: str, db_url: str, topic_name: str
+) -> None:
+    """A user's ``ferry-target-topic`` once moved a delayed record to a topic the token may not
+    write (and auto-created a missing one); a user's ``ferry-deliver-at`` delivered it early.
+    Every ``ferry-`` header is refused, in any letter case, and nothing of that record is written."""
+    other = f"{topic_name}.other"
+    create_topic(kafka_bootstrap, topic_name, 1)
+    create_topic(kafka_bootstrap, other, 1)
+    kafka.ensure_topic({"bootstrap.servers": kafka_bootstrap}, "__ferry_delay", 1)
+    produce = make_token(db_url, "produce", [topic_name])
+    marker = f"reserved-{topic_name}"
+    body = {
+        "records": [
+            {"value": f"{marker}-ok"},
+            {"value": f"{marker}-1", "delay_ms": 500, "headers": {"ferry-target-topic": other}},
+            {"value": f"{marker}-2", "delay_ms": 15_000, "headers": {"Ferry-Deliver-At": "123"}},
+            {"value": f"{marker}-3", "delay_ms": 500, "headers": {"ferry-target-topic": f"{topic_name}-ghost"}},
+        ]
+    }
+    auth = {"Authorization": f"Bearer {produce}"}
+    with httpx.Client(base_url=url(gateway), timeout=30, headers=auth) as c:
+        native = c.post(f"/api/v1/topics/{topic_name}/records", json=body)
+        seed = c.post(
+            "/v1/kafka/send",
+            json={"topic": topic_name, "payload": marker, "headers": {"x-delay": "1", "ferry-target-topic": other}},
+        )
+        txn = c.post(
+            "/api/v1/transactions",
+            json={
+                "records": [{"topic": topic_name, "value": marker, "headers": {"ferry-transaction-id": "x"}}],
+                "check_url": "http://127.0.0.1:9/check",
+            },
+        )
+    assert native.status_code == 200, native.text
+    ok, *refused = native.json()["results"]
+    assert set(ok) == {"partition", "offset"}
+    assert [r["field"] for r in refused] == [
+        "records[1].headers.ferry-target-topic",
+        "records[2].headers.Ferry-Deliver-At",
+        "records[3].headers.ferry-target-topic",
+    ]
+    assert all("reserved for Ferry" in r["error"] for r in refused)
+    assert seed.status_code == 400 and seed.json()["code"] != 0, seed.text
+    assert "headers.ferry-target-topic" in seed.json()["message"] and "reserved for Ferry" in seed.json()["message"]
+    assert txn.status_code == 400 and txn.json()["field"] == "records[0].headers.ferry-transaction-id", txn.text
+    assert [v for *_, v, _ in read(kafka_bootstrap, topic_name)] == [f"{marker}-ok".encode()]
+    assert read(kafka_bootstrap, other) == []
+    waiting = [v for *_, v, _ in read(kafka_bootstrap, "__ferry_delay") if v and v.startswith(marker.encode())]
+    assert waiting == []
+    names = kafka.admin({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+    assert f"{topic_name}-ghost" not in names

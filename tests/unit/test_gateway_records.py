@@ -82,6 +82,44 @@ def test_a_bad_record_is_refused_on_its_own_with_its_field(raw: Any, field: str)
     assert isinstance(refused, Refused) and refused.field == field and refused.error
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ferry-deliver-at",  # would deliver a delayed record early
+        "ferry-target-topic",  # would deliver it to another topic, past the token's scope
+        "ferry-target-partition",
+        "ferry-source-topic",
+        "ferry-source-offset",
+        "ferry-retry-attempts",
+        "ferry-transaction-id",
+        "ferry-transaction-seq",
+        "ferry-error",
+        "ferry-attempts",
+        "ferry-redriven-from",
+        "Ferry-Deliver-At",  # Ferry reads its headers in any letter case
+        "FERRY-TARGET-TOPIC",
+        "ferry-",
+        "ferry-anything-new",
+    ],
+)
+def test_a_header_ferry_reserves_is_refused_on_its_own(name: str) -> None:
+    raw = {"key": "e1", "delay_ms": 15_000, "headers": {"ok": "1", name: "123"}}
+    refused = parse_record(raw, "t", "records[3]", NOW)
+    assert isinstance(refused, Refused) and refused.field == f"records[3].headers.{name}"
+    assert "reserved for Ferry" in refused.error
+    parsed = parse_request({"records": [{"value": 1}, raw]}, "t", NOW)
+    assert parsed[1] == Refused(f"records[1].headers.{name}", refused.error)  # the others are written
+    assert isinstance(parsed[0], Outgoing)
+    with pytest.raises(ValidationError, match="reserved for Ferry") as caught:
+        parse_seed({"topic": "t", "payload": "p", "headers": {name: "t2"}}, NOW)
+    assert caught.value.field == f"headers.{name}"
+
+
+@pytest.mark.parametrize("name", ["ferry", "ferryman", "x-ferry-target-topic", "ferry_target_topic", "ce-ferry-x"])
+def test_headers_merely_like_ferrys_are_the_users(name: str) -> None:
+    assert parse_record({"headers": {name: "v"}}, "t", "records[0]", NOW) == Outgoing("t", None, None, [(name, b"v")])
+
+
 def test_a_request_keeps_its_good_records_beside_a_refused_one() -> None:
     parsed = parse_request({"records": [{"value": "a"}, {"key": 1}, {"value": "c"}]}, "t", NOW)
     assert [type(p) for p in parsed] == [Outgoing, Refused, Outgoing]
