@@ -37,9 +37,9 @@ from ferry.gateway.openapi import OPENAPI
 from ferry.gateway.produce import Unavailable, write
 from ferry.gateway.producer import Busy, Producer
 from ferry.gateway.tokens import Principal, TokenCache, TokensUnavailable
-from ferry.gateway.topics import TopicCache
 from ferry.gateway.transactions import Transactions
 from ferry.guessing import FailedLogins
+from ferry.topic_cache import TopicCache
 from ferry.txnlog import TxnLogError, TxnTooLarge
 
 _log = log.get_logger(__name__)

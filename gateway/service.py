@@ -25,9 +25,9 @@ from ferry.gateway.idempotency import Idempotency
 from ferry.gateway.metrics import GatewayMetrics
 from ferry.gateway.producer import Producer
 from ferry.gateway.tokens import TokenCache
-from ferry.gateway.topics import TopicCache
 from ferry.gateway.transactions import Transactions
 from ferry.netguard import EndpointPolicy
+from ferry.topic_cache import TopicCache
 from ferry.txnlog import TxnLog
 
 _log = log.get_logger(__name__)
