@@ -39,8 +39,9 @@ Pure: no I/O; the caller passes ``now``.
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 DELIVER_AT_HEADER = "ferry-deliver-at"
 TARGET_TOPIC_HEADER = "ferry-target-topic"
@@ -134,7 +135,13 @@ class InvalidSchedule(ValueError):
     the message as its ``ferry-error`` header."""
 
 
-def parse_schedule(headers: list[tuple[str, bytes | None]] | None) -> tuple[int, str]:
+class Schedule(NamedTuple):
+    due: int
+    """epoch ms"""
+    target: str
+
+
+def parse_schedule(headers: list[tuple[str, bytes | None]] | None) -> Schedule:
     """The due time (epoch ms) and target topic a plain producer put in a record's headers, as
     docs/contract.md §10 says; :class:`InvalidSchedule` says what is wrong."""
     found: dict[str, bytes | None] = {}
@@ -158,7 +165,24 @@ def parse_schedule(headers: list[tuple[str, bytes | None]] | None) -> tuple[int,
         raise InvalidSchedule(f"{TARGET_TOPIC_HEADER} is not UTF-8: {raw_target[:40]!r}") from None
     if not valid_topic_name(target):
         raise InvalidSchedule(f"{TARGET_TOPIC_HEADER} is not a valid topic name: {target[:60]!r}")
-    return due, target
+    return Schedule(due, target)
+
+
+def check_target(schedule: Schedule, partitions: int | None, own_topics: Collection[str]) -> None:
+    """A record is delivered only to an existing application topic: never to an
+    internal one (``__``-prefixed, or one of Ferry's configured topics, ``own_topics``), and never
+    to a missing one, which a broker with auto-create on would create. ``partitions``: the target's
+    partition count, None when it does not exist. :class:`InvalidSchedule` says what is wrong."""
+    target = schedule.target
+    if target.startswith("__") or target in own_topics:
+        raise InvalidSchedule(
+            f"{TARGET_TOPIC_HEADER} {target!r} is an internal topic; delayed records go to application topics only"
+        )
+    if partitions is None:
+        raise InvalidSchedule(
+            f"{TARGET_TOPIC_HEADER} {target!r} does not exist (the delay store never creates topics); "
+            "create it, then produce the record again"
+        )
 
 
 def check_delay(due_ms: int, now_ms: int) -> None:

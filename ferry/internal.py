@@ -72,3 +72,17 @@ def topics(settings: Settings) -> list[tuple[str, int, dict[str, str]]]:
     ]
     out += [(name, parts, {"retention.ms": str(keep)}) for name, parts, keep in delay.level_topics(k.delay_topic)]
     return out
+
+
+def own_topics(settings: Settings) -> frozenset[str]:
+    """Every topic Ferry keeps its own state in, whatever its configured name: no delayed record
+    is ever delivered to one (besides these, every ``__``-prefixed topic is refused as internal)."""
+    k = settings.kafka
+    return frozenset(
+        {
+            k.offsets_topic,
+            k.idempotency_topic,
+            f"{k.txn_topic}.dlq",
+            *(name for name, _, _ in topics(settings)),
+        }
+    )

@@ -6,8 +6,8 @@ acks it when the answer is a success. For user subscriptions that is an HTTP pus
 
 - :class:`DelaySink` — the delay store: a record of the delay entry topic or of a level topic waits
   until its next step is due, then is written to the next level or to its target topic
-  (:mod:`ferry.delay`); a record that cannot be scheduled goes to ``<delay topic>.dlq`` with
-  ``ferry-error``;
+  (:mod:`ferry.delay`); a record that cannot be scheduled, or whose target topic does not exist
+  or is internal when it is due, goes to ``<delay topic>.dlq`` with ``ferry-error``;
 - :class:`TxnSink` — the transaction log: each entry goes to the back-check runner
   (:mod:`ferry.worker.txn_checks`).
 
@@ -26,11 +26,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any, cast
 
-from ferry import delay, internal, log, txn
+from ferry import delay, internal, kafka, log, txn
 from ferry.clock import now_ms
 from ferry.config import Settings
 from ferry.netguard import EndpointPolicy
 from ferry.subscription import Subscription
+from ferry.topic_cache import TopicCache
 from ferry.txnlog import TxnId, encode, parse_id
 from ferry.worker.http1 import Http1Pool, PushError, encode_header_lines
 from ferry.worker.producer import AsyncProducer, ProduceFailed
@@ -50,9 +51,18 @@ LEVEL_LEAD_MS = 20
 class DelaySink:
     """Moves delayed records through the level topics to their targets, each when it is due."""
 
-    def __init__(self, producer: AsyncProducer, delay_topic: str) -> None:
+    def __init__(
+        self,
+        producer: AsyncProducer,
+        delay_topic: str,
+        topics: TopicCache | None = None,
+        own_topics: frozenset[str] = frozenset(),
+    ) -> None:
         self._producer = producer
         self.delay_topic = delay_topic
+        self._topics = topics
+        """The cluster's topics, to check a target before delivering to it (None: not checked)."""
+        self._own_topics = own_topics
         self.levels = {delay.decade_topic(delay_topic, k): k for k in delay.DECADES}
         """Level topic → its decade."""
         self.moved = self.delivered = self.invalid = 0
@@ -84,10 +94,11 @@ class DelaySink:
 
     async def push(self, record: Record) -> PushResult:
         try:
-            due, target = delay.parse_schedule(list(record.headers))
-            delay.check_delay(due, now_ms())
+            schedule = delay.parse_schedule(list(record.headers))
+            delay.check_delay(schedule.due, now_ms())
         except delay.InvalidSchedule as exc:
             return await self._invalid(record, str(exc))
+        due = schedule.due
         marker = object()
         try:
             decade = self.levels.get(record.topic)
@@ -102,17 +113,27 @@ class DelaySink:
                     await _sleep_until(due)
                     continue
                 self._waiting.pop(id(marker), None)
-                return await self._step(record, due, target, step)
+                return await self._step(record, schedule, step)
         finally:
             self._waiting.pop(id(marker), None)
 
-    async def _step(self, record: Record, due: int, target: str, step: delay.Step) -> PushResult:
+    async def _step(self, record: Record, schedule: delay.Schedule, step: delay.Step) -> PushResult:
         """Write the record to its target (due) or to the next level."""
         try:
             if step[0] == "deliver":
-                await self._producer.send(target, record.value, record.key, list(record.headers))
+                if self._topics is not None:
+                    try:
+                        partitions = await self._topics.partitions_exact(schedule.target)
+                        delay.check_target(schedule, partitions, self._own_topics)
+                    except kafka.KafkaUnavailable as exc:
+                        return PushResult(503, error=str(exc))
+                    except delay.InvalidSchedule as exc:
+                        return await self._invalid(record, str(exc))
+                await self._producer.send(schedule.target, record.value, record.key, list(record.headers))
                 self.delivered += 1
-                self._lateness(now_ms() - due)
+                # Late from its due time, or from when it was scheduled if that was after (a due
+                # time in the past means now: such a record is not years late).
+                self._lateness(now_ms() - max(schedule.due, record.timestamp_ms))
             else:
                 lvl = cast(delay.Level, step[1])
                 topic = lvl.topic(self.delay_topic)
@@ -272,7 +293,9 @@ class Sinks(PushClient):
     def __init__(self, producer: AsyncProducer, settings: Settings) -> None:
         policy = EndpointPolicy(settings.portal.endpoint_allow)
         super().__init__(policy, settings.cluster)
-        self.delay = DelaySink(producer, settings.kafka.delay_topic)
+        topics = TopicCache(settings.kafka.client_config(), role="delay-targets")
+        own = internal.own_topics(settings)
+        self.delay = DelaySink(producer, settings.kafka.delay_topic, topics, own)
         self.txn = TxnSink(producer, settings.kafka.txn_topic, policy, settings.gateway.txn_max_checks)
 
     async def close(self) -> None:

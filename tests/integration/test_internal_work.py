@@ -114,13 +114,28 @@ def test_unschedulable_records_go_to_the_dlq(own: Cluster, kafka_bootstrap: str,
         timeout_s=30,
         what="delay work planned",
     )
+    create_topic(kafka_bootstrap, topic_name, 1)
+    ghost = f"{topic_name}-ghost"
+    offsets_topic = own.env.get("FERRY_OFFSETS_TOPIC", "__ferry_offsets")
+    due = [("ferry-deliver-at", b"1")]
     p = kafka.producer({"bootstrap.servers": kafka_bootstrap}, "test")
-    p.produce(delay_topic, value=b"no-target", headers=[("ferry-deliver-at", b"1")])
+    p.produce(delay_topic, value=b"no-target", headers=due)
     p.produce(delay_topic, value=b"bad-due", headers=[("ferry-deliver-at", b"soon"), ("ferry-target-topic", b"x")])
+    # Targets checked against the cluster's topics when due: none is created or written.
+    p.produce(delay_topic, value=b"ghost", headers=[*due, ("ferry-target-topic", ghost.encode())])
+    p.produce(delay_topic, value=b"offsets", headers=[*due, ("ferry-target-topic", offsets_topic.encode())])
+    p.produce(delay_topic, value=b"own", headers=[*due, ("ferry-target-topic", delay_topic.encode())])
+    p.produce(delay_topic, value=b"fine", headers=[*due, ("ferry-target-topic", topic_name.encode())])
     assert p.flush(10) == 0
-    dlq = until(lambda: len(msgs := read(kafka_bootstrap, f"{delay_topic}.dlq")) >= 2 and msgs, timeout_s=30)
+    dlq = until(lambda: len(msgs := read(kafka_bootstrap, f"{delay_topic}.dlq")) >= 5 and msgs, timeout_s=30)
     errors = {m.value(): dict(m.headers())["ferry-error"].decode() for m in dlq}
     assert "ferry-target-topic" in errors[b"no-target"] and "integer" in errors[b"bad-due"]
+    assert f"{ghost!r} does not exist" in errors[b"ghost"]
+    assert "internal topic" in errors[b"offsets"] and "internal topic" in errors[b"own"]
+    assert [m.value() for m in until(lambda: read(kafka_bootstrap, topic_name), timeout_s=30)] == [b"fine"]
+    assert ghost not in kafka.admin({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+    assert b"offsets" not in {m.value() for m in read(kafka_bootstrap, offsets_topic)}
+    assert [m.value() for m in read(kafka_bootstrap, delay_topic)].count(b"own") == 1  # not written back
 
 
 def test_a_transaction_left_prepared_is_checked_and_committed(

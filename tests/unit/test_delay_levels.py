@@ -132,7 +132,7 @@ T = delay.TARGET_TOPIC_HEADER
     ],
 )
 def test_parse_schedule(headers: list[tuple[str, bytes | None]], expected: tuple[int, str]) -> None:
-    assert delay.parse_schedule(headers) == expected
+    assert delay.parse_schedule(headers) == delay.Schedule(*expected)
 
 
 @pytest.mark.parametrize(
@@ -158,6 +158,39 @@ def test_parse_schedule_refuses_garbage_with_a_clear_reason(
 ) -> None:
     with pytest.raises(InvalidSchedule, match=message):
         delay.parse_schedule(headers)
+
+
+OWN = frozenset({"ferry-state", "delays", "delays.1s"})  # configured names of Ferry's own topics
+
+
+@pytest.mark.parametrize(
+    ("schedule", "partitions", "message"),
+    [
+        (delay.Schedule(1, "ghost1"), None, "'ghost1' does not exist .*create it"),
+        (delay.Schedule(1, "__ferry_offsets"), 9, "internal topic"),
+        (delay.Schedule(1, "__consumer_offsets"), 50, "internal topic"),
+        (delay.Schedule(1, "__anything"), None, "internal topic"),
+        (delay.Schedule(1, "ferry-state"), 1, "internal topic"),  # configured without the __ prefix
+        (delay.Schedule(1, "delays.1s"), 9, "internal topic"),
+    ],
+)
+def test_check_target_refuses_missing_and_internal_targets(
+    schedule: delay.Schedule, partitions: int | None, message: str
+) -> None:
+    with pytest.raises(InvalidSchedule, match=message):
+        delay.check_target(schedule, partitions, OWN)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "partitions"),
+    [
+        (delay.Schedule(1, "orders"), 1),
+        (delay.Schedule(1, "_single_underscore"), 1),
+        (delay.Schedule(1, "billing.retry"), 1),  # a durable retry's target
+    ],
+)
+def test_check_target_lets_existing_application_topics_through(schedule: delay.Schedule, partitions: int) -> None:
+    delay.check_target(schedule, partitions, OWN)
 
 
 def test_check_delay_accepts_up_to_90_days_and_the_past() -> None:
