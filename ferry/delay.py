@@ -5,8 +5,9 @@ topics. Every record of one level waits the same constant time ``D``, so records
 the order they entered it: a level partition's head is always the next record due out of it, and
 its owner waits on one timer for the head instead of polling (docs/design/delay.md).
 
-A record carries its due time (``ferry-deliver-at``, epoch ms) and its target topic
-(``ferry-target-topic``). Whenever a record comes out of a level (or first arrives), its owner
+A record carries its due time (``ferry-deliver-at``, epoch ms), its target topic
+(``ferry-target-topic``) and, when its producer chose one, the target partition
+(``ferry-target-partition``). Whenever a record comes out of a level (or first arrives), its owner
 compares the time still to wait, ``remaining = due - now``, with the levels and does one thing:
 
 - ``deliver``: ``remaining <= 0`` — write it to its target topic now;
@@ -45,7 +46,11 @@ from typing import Literal, NamedTuple
 
 DELIVER_AT_HEADER = "ferry-deliver-at"
 TARGET_TOPIC_HEADER = "ferry-target-topic"
+TARGET_PARTITION_HEADER = "ferry-target-partition"
 ERROR_HEADER = "ferry-error"
+ROUTING_HEADERS = frozenset({TARGET_TOPIC_HEADER, TARGET_PARTITION_HEADER})
+"""Where the delay store delivers a record: stripped from the delivered record, which keeps only
+``ferry-deliver-at`` of Ferry's headers (docs/contract.md §10)."""
 
 FIRST_LEVEL_MS = 1000  # the shortest level; shorter remainders wait in memory
 DECADES = tuple(range(3, 10))  # 10^3 ms .. 10^9 ms
@@ -139,11 +144,13 @@ class Schedule(NamedTuple):
     due: int
     """epoch ms"""
     target: str
+    partition: int | None = None
+    """None: the key (or the producer's partitioner) decides."""
 
 
 def parse_schedule(headers: list[tuple[str, bytes | None]] | None) -> Schedule:
-    """The due time (epoch ms) and target topic a plain producer put in a record's headers, as
-    docs/contract.md §10 says; :class:`InvalidSchedule` says what is wrong."""
+    """The due time (epoch ms), target topic and optional target partition a plain producer put in
+    a record's headers, as docs/contract.md §10 says; :class:`InvalidSchedule` says what is wrong."""
     found: dict[str, bytes | None] = {}
     for name, value in headers or ():
         found.setdefault(name.lower(), value)
@@ -165,11 +172,21 @@ def parse_schedule(headers: list[tuple[str, bytes | None]] | None) -> Schedule:
         raise InvalidSchedule(f"{TARGET_TOPIC_HEADER} is not UTF-8: {raw_target[:40]!r}") from None
     if not valid_topic_name(target):
         raise InvalidSchedule(f"{TARGET_TOPIC_HEADER} is not a valid topic name: {target[:60]!r}")
-    return Schedule(due, target)
+    raw_partition = found.get(TARGET_PARTITION_HEADER)
+    if raw_partition is None:
+        return Schedule(due, target)
+    try:
+        partition = int(raw_partition.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        partition = -1
+    if partition < 0:
+        got = raw_partition[:40]
+        raise InvalidSchedule(f"{TARGET_PARTITION_HEADER} must be a partition number (an integer ≥ 0), got {got!r}")
+    return Schedule(due, target, partition)
 
 
 def check_target(schedule: Schedule, partitions: int | None, own_topics: Collection[str]) -> None:
-    """A record is delivered only to an existing application topic: never to an
+    """A record is delivered only to an existing application topic (and partition): never to an
     internal one (``__``-prefixed, or one of Ferry's configured topics, ``own_topics``), and never
     to a missing one, which a broker with auto-create on would create. ``partitions``: the target's
     partition count, None when it does not exist. :class:`InvalidSchedule` says what is wrong."""
@@ -183,6 +200,17 @@ def check_target(schedule: Schedule, partitions: int | None, own_topics: Collect
             f"{TARGET_TOPIC_HEADER} {target!r} does not exist (the delay store never creates topics); "
             "create it, then produce the record again"
         )
+    if schedule.partition is not None and schedule.partition >= partitions:
+        raise InvalidSchedule(
+            f"{TARGET_PARTITION_HEADER} {schedule.partition} does not exist: "
+            f"topic {target!r} has partitions 0-{partitions - 1}"
+        )
+
+
+def delivered_headers(headers: list[tuple[str, bytes | None]]) -> list[tuple[str, bytes | None]]:
+    """The headers of a record delivered to its target: its own and ``ferry-deliver-at``, without
+    the routing headers (:data:`ROUTING_HEADERS`, in any letter case)."""
+    return [(name, value) for name, value in headers if name.lower() not in ROUTING_HEADERS]
 
 
 def check_delay(due_ms: int, now_ms: int) -> None:

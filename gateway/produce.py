@@ -7,7 +7,8 @@ and waits for all acknowledgements, so the answer says, per record, exactly what
 
 - ``{"partition", "offset"}`` — written and acknowledged by the brokers (``acks=all``);
 - ``{"scheduled": true, "id", "deliver_at"}`` — a delayed record, written to ``FERRY_DELAY_TOPIC``
-  with ``ferry-deliver-at`` and ``ferry-target-topic`` (docs/contract.md §10); the delay store
+  with ``ferry-deliver-at``, ``ferry-target-topic`` and, when the record names its partition,
+  ``ferry-target-partition`` (docs/contract.md §10); the delay store
   writes it to its topic when due. A due time already past is written to its topic at once;
 - ``{"error", "field"}`` — refused on its own (bad input, a partition the topic does not have);
 - ``{"error"}`` — Kafka did not acknowledge it (timeout, broker error): it may or may not be there.
@@ -51,12 +52,15 @@ class Written:
 
 
 def delay_record(rec: Outgoing, due_ms: int) -> Outgoing:
-    """The record as it waits in the delay topic: its target and due time in headers (§10)."""
+    """The record as it waits in the delay topic: its target (topic, and partition if it names one)
+    and due time in headers (§10); the delay store delivers it to that partition."""
     headers = [
         *rec.headers,
         (delay.DELIVER_AT_HEADER, str(due_ms).encode()),
         (delay.TARGET_TOPIC_HEADER, rec.topic.encode()),
     ]
+    if rec.partition is not None:
+        headers.append((delay.TARGET_PARTITION_HEADER, str(rec.partition).encode()))
     return Outgoing(rec.topic, rec.key, rec.value, headers)
 
 

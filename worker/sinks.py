@@ -6,8 +6,8 @@ acks it when the answer is a success. For user subscriptions that is an HTTP pus
 
 - :class:`DelaySink` — the delay store: a record of the delay entry topic or of a level topic waits
   until its next step is due, then is written to the next level or to its target topic
-  (:mod:`ferry.delay`); a record that cannot be scheduled, or whose target topic does not exist
-  or is internal when it is due, goes to ``<delay topic>.dlq`` with ``ferry-error``;
+  (:mod:`ferry.delay`); a record that cannot be scheduled, or whose target topic (or partition)
+  does not exist or is internal when it is due, goes to ``<delay topic>.dlq`` with ``ferry-error``;
 - :class:`TxnSink` — the transaction log: each entry goes to the back-check runner
   (:mod:`ferry.worker.txn_checks`).
 
@@ -129,7 +129,8 @@ class DelaySink:
                         return PushResult(503, error=str(exc))
                     except delay.InvalidSchedule as exc:
                         return await self._invalid(record, str(exc))
-                await self._producer.send(schedule.target, record.value, record.key, list(record.headers))
+                headers = delay.delivered_headers(list(record.headers))
+                await self._producer.send(schedule.target, record.value, record.key, headers, schedule.partition)
                 self.delivered += 1
                 # Late from its due time, or from when it was scheduled if that was after (a due
                 # time in the past means now: such a record is not years late).

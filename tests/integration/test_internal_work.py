@@ -90,7 +90,7 @@ def test_delayed_records_arrive_on_time_and_survive_a_killed_worker(
     for m in arrived:
         value = m.value().decode()
         headers = dict(m.headers())
-        assert headers["ferry-deliver-at"] == str(due[value]).encode() and headers["app"] == b"1"
+        assert headers == {"ferry-deliver-at": str(due[value]).encode(), "app": b"1"}  # no routing headers
         assert m.key() == value.encode()
         written_ms = m.timestamp()[1]
         assert written_ms >= due[value], f"{value} written {due[value] - written_ms} ms early"
@@ -125,17 +125,54 @@ def test_unschedulable_records_go_to_the_dlq(own: Cluster, kafka_bootstrap: str,
     p.produce(delay_topic, value=b"ghost", headers=[*due, ("ferry-target-topic", ghost.encode())])
     p.produce(delay_topic, value=b"offsets", headers=[*due, ("ferry-target-topic", offsets_topic.encode())])
     p.produce(delay_topic, value=b"own", headers=[*due, ("ferry-target-topic", delay_topic.encode())])
+    p.produce(
+        delay_topic,
+        value=b"partition",
+        headers=[*due, ("ferry-target-topic", topic_name.encode()), ("ferry-target-partition", b"1")],
+    )
     p.produce(delay_topic, value=b"fine", headers=[*due, ("ferry-target-topic", topic_name.encode())])
     assert p.flush(10) == 0
-    dlq = until(lambda: len(msgs := read(kafka_bootstrap, f"{delay_topic}.dlq")) >= 5 and msgs, timeout_s=30)
+    dlq = until(lambda: len(msgs := read(kafka_bootstrap, f"{delay_topic}.dlq")) >= 6 and msgs, timeout_s=30)
     errors = {m.value(): dict(m.headers())["ferry-error"].decode() for m in dlq}
     assert "ferry-target-topic" in errors[b"no-target"] and "integer" in errors[b"bad-due"]
     assert f"{ghost!r} does not exist" in errors[b"ghost"]
     assert "internal topic" in errors[b"offsets"] and "internal topic" in errors[b"own"]
+    assert "ferry-target-partition 1 does not exist" in errors[b"partition"]
     assert [m.value() for m in until(lambda: read(kafka_bootstrap, topic_name), timeout_s=30)] == [b"fine"]
     assert ghost not in kafka.admin({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
     assert b"offsets" not in {m.value() for m in read(kafka_bootstrap, offsets_topic)}
     assert [m.value() for m in read(kafka_bootstrap, delay_topic)].count(b"own") == 1  # not written back
+
+
+def test_gateway_delayed_records_keep_their_partition(
+    own: Cluster, tmp_path: Path, kafka_bootstrap: str, topic_name: str
+) -> None:
+    """§9's ``partition`` holds for a delayed record too: six keyed records for partition 0 all
+    arrive there (the keys alone spread them), with ``ferry-deliver-at`` and their own headers."""
+    own.worker("w0").wait_ready(60)
+    create_topic(kafka_bootstrap, topic_name, 3)
+    until(
+        lambda: any(s == "ferry-internal.delay" for s, _, _ in own.assignment()),
+        timeout_s=30,
+        what="delay work planned",
+    )
+    env = {k: v for k, v in own.env.items() if k.startswith("FERRY_") and "TOPIC" in k}
+    gw: ServiceProcess = gateway_process(tmp_path, kafka_bootstrap, own.db_url, **env).start()
+    try:
+        gw.wait_ready(60)
+        wanted = {"partition": 0, "delay_ms": 300, "headers": {"app": "1"}}
+        records = [{"key": f"k{i}", "value": f"v{i}", **wanted} for i in range(6)]
+        with client(gw) as c:
+            r = c.post(f"/api/v1/topics/{topic_name}/records", json={"records": records})
+        assert r.status_code == 200, r.text
+        due = {f"v{i}": res["deliver_at"] for i, res in enumerate(r.json()["results"])}
+    finally:
+        gw.stop()
+    msgs = until(lambda: len(m := read(kafka_bootstrap, topic_name)) >= 6 and m, timeout_s=30)
+    assert sorted(m.value().decode() for m in msgs) == sorted(due)
+    assert {m.partition() for m in msgs} == {0}
+    for m in msgs:
+        assert dict(m.headers()) == {"app": b"1", "ferry-deliver-at": str(due[m.value().decode()]).encode()}
 
 
 def test_a_transaction_left_prepared_is_checked_and_committed(
@@ -248,7 +285,7 @@ def test_ten_thousand_delays_through_both_entry_points_arrive_once_and_never_ear
     for m in msgs:
         value = m.value().decode()
         headers = dict(m.headers())
-        assert headers["ferry-deliver-at"] == str(due[value]).encode() and headers["app"] == b"1"
+        assert headers == {"ferry-deliver-at": str(due[value]).encode(), "app": b"1"}
         written_ms = m.timestamp()[1]
         assert written_ms >= due[value], f"{value} written {due[value] - written_ms} ms early"
         late.append(written_ms - due[value])

@@ -121,17 +121,20 @@ def test_levels_layout() -> None:
 
 H = delay.DELIVER_AT_HEADER
 T = delay.TARGET_TOPIC_HEADER
+P = delay.TARGET_PARTITION_HEADER
 
 
 @pytest.mark.parametrize(
     ("headers", "expected"),
     [
-        ([(H, b"1700000000000"), (T, b"orders")], (1_700_000_000_000, "orders")),
-        ([("Ferry-Deliver-At", b" 5 "), ("FERRY-TARGET-TOPIC", b"a.b-c_d")], (5, "a.b-c_d")),
-        ([(H, b"7"), (T, b"t"), (H, b"9")], (7, "t")),  # the first of a repeated header counts
+        ([(H, b"1700000000000"), (T, b"orders")], (1_700_000_000_000, "orders", None)),
+        ([("Ferry-Deliver-At", b" 5 "), ("FERRY-TARGET-TOPIC", b"a.b-c_d")], (5, "a.b-c_d", None)),
+        ([(H, b"7"), (T, b"t"), (H, b"9")], (7, "t", None)),  # the first of a repeated header counts
+        ([(H, b"7"), (T, b"t"), (P, b"0")], (7, "t", 0)),
+        ([(H, b"7"), (T, b"t"), ("Ferry-Target-Partition", b" 12 ")], (7, "t", 12)),
     ],
 )
-def test_parse_schedule(headers: list[tuple[str, bytes | None]], expected: tuple[int, str]) -> None:
+def test_parse_schedule(headers: list[tuple[str, bytes | None]], expected: tuple[int, str, int | None]) -> None:
     assert delay.parse_schedule(headers) == delay.Schedule(*expected)
 
 
@@ -151,6 +154,9 @@ def test_parse_schedule(headers: list[tuple[str, bytes | None]], expected: tuple
         ([(H, b"1"), (T, b"a/b")], "not a valid topic name"),
         ([(H, b"1"), (T, b"..")], "not a valid topic name"),
         ([(H, b"1"), (T, b"x" * 250)], "not a valid topic name"),
+        ([(H, b"1"), (T, b"t"), (P, b"-1")], "ferry-target-partition must be a partition number"),
+        ([(H, b"1"), (T, b"t"), (P, b"one")], "ferry-target-partition must be a partition number"),
+        ([(H, b"1"), (T, b"t"), (P, b"")], "ferry-target-partition must be a partition number"),
     ],
 )
 def test_parse_schedule_refuses_garbage_with_a_clear_reason(
@@ -172,6 +178,7 @@ OWN = frozenset({"ferry-state", "delays", "delays.1s"})  # configured names of F
         (delay.Schedule(1, "__anything"), None, "internal topic"),
         (delay.Schedule(1, "ferry-state"), 1, "internal topic"),  # configured without the __ prefix
         (delay.Schedule(1, "delays.1s"), 9, "internal topic"),
+        (delay.Schedule(1, "orders", 3), 3, "ferry-target-partition 3 does not exist: .*partitions 0-2"),
     ],
 )
 def test_check_target_refuses_missing_and_internal_targets(
@@ -185,12 +192,26 @@ def test_check_target_refuses_missing_and_internal_targets(
     ("schedule", "partitions"),
     [
         (delay.Schedule(1, "orders"), 1),
+        (delay.Schedule(1, "orders", 2), 3),
         (delay.Schedule(1, "_single_underscore"), 1),
         (delay.Schedule(1, "billing.retry"), 1),  # a durable retry's target
     ],
 )
 def test_check_target_lets_existing_application_topics_through(schedule: delay.Schedule, partitions: int) -> None:
     delay.check_target(schedule, partitions, OWN)
+
+
+def test_a_delivered_record_keeps_its_headers_and_deliver_at_but_not_its_routing() -> None:
+    headers: list[tuple[str, bytes | None]] = [
+        ("app", b"1"),
+        (H, b"5"),
+        (T, b"orders"),
+        ("FERRY-TARGET-TOPIC", b"orders"),
+        (P, b"0"),
+        ("ferry-source-topic", b"s"),  # a durable retry's: read from the retry topic
+        ("empty", None),
+    ]
+    assert delay.delivered_headers(headers) == [("app", b"1"), (H, b"5"), ("ferry-source-topic", b"s"), ("empty", None)]
 
 
 def test_check_delay_accepts_up_to_90_days_and_the_past() -> None:

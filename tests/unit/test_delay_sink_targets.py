@@ -1,6 +1,6 @@
-"""What the delay sink writes when a record is due: to its existing target topic; to
-``<delay topic>.dlq`` with ``ferry-error`` when the target does not exist or is internal; nothing
-while the topics cannot be listed (503: retried)."""
+"""What the delay sink writes when a record is due: to its existing target topic (and partition),
+without the routing headers; to ``<delay topic>.dlq`` with ``ferry-error`` when the target does not
+exist or is internal; nothing while the topics cannot be listed (503: retried)."""
 
 from __future__ import annotations
 
@@ -52,9 +52,16 @@ def push(record: Record, topics: Topics, monkeypatch: pytest.MonkeyPatch) -> tup
     return result.status, producer, sink
 
 
-def test_a_due_record_goes_to_its_target(monkeypatch: pytest.MonkeyPatch) -> None:
-    status, producer, sink = push(due(b"orders"), Topics({"orders": 3}), monkeypatch)
-    assert status == 200 and sink.delivered == 1 and producer.sent[0][0] == "orders"
+def test_a_due_record_goes_to_its_partition_without_its_routing_headers(monkeypatch: pytest.MonkeyPatch) -> None:
+    record = due(b"orders", (delay.TARGET_PARTITION_HEADER, b"2"))
+    status, producer, sink = push(record, Topics({"orders": 3}), monkeypatch)
+    assert status == 200 and sink.delivered == 1
+    assert producer.sent == [("orders", b"v", [("app", b"1"), (delay.DELIVER_AT_HEADER, str(NOW - 5).encode())], 2)]
+
+
+def test_without_a_partition_the_key_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    status, producer, _ = push(due(b"orders"), Topics({"orders": 3}), monkeypatch)
+    assert status == 200 and producer.sent[0][0] == "orders" and producer.sent[0][3] is None
 
 
 @pytest.mark.parametrize(
@@ -64,6 +71,7 @@ def test_a_due_record_goes_to_its_target(monkeypatch: pytest.MonkeyPatch) -> Non
         (due(b"__ferry_offsets"), "internal topic"),
         (due(b"__consumer_offsets"), "internal topic"),
         (due(b"ferry-own"), "internal topic"),
+        (due(b"orders", (delay.TARGET_PARTITION_HEADER, b"3")), "ferry-target-partition 3 does not exist"),
     ],
 )
 def test_a_target_that_is_missing_or_internal_is_dead_lettered(
