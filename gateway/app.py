@@ -176,8 +176,8 @@ async def _body(request: Request) -> tuple[Any, bytes]:
     over it is the handler's 413)."""
     raw = await request.read()  # the bytes already read
     try:
-        return orjson.loads(raw), raw
-    except orjson.JSONDecodeError as exc:
+        return rq.loads(raw), raw
+    except ValueError as exc:  # orjson.JSONDecodeError is one
         raise ApiError(400, f"the body is not valid JSON: {exc}", "body") from None
 
 

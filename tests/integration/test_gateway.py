@@ -490,3 +490,26 @@ def test_headers_ferry_reserves_are_refused_on_every_route(
     assert waiting == []
     names = kafka.admin({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
     assert f"{topic_name}-ghost" not in names
+
+
+def test_integers_beyond_64_bits_are_written_as_sent(
+    gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str
+) -> None:
+    """orjson reads them as floats: {"value": 12345678901234567890123} was written as
+    1.2345678901234568e+22. §9: the value is written as its UTF-8 JSON text."""
+    create_topic(kafka_bootstrap, topic_name, 1)
+    body = (
+        b'{"records": [{"value": 12345678901234567890123}, {"value": {"id": -98765432109876543210, "f": 1e-7}},'
+        b' {"value": [1, 18446744073709551616]}, {"value": {"n": 1}}]}'
+    )
+    with client(gateway) as c:
+        r = c.post(f"/api/v1/topics/{topic_name}/records", content=body, headers={"Content-Type": "application/json"})
+        seed = c.post("/v1/kafka/send", json={"topic": topic_name, "payload": "12345678901234567890123"})
+    assert r.status_code == 200 and seed.status_code == 200, r.text
+    assert [v for *_, v, _ in read(kafka_bootstrap, topic_name)] == [
+        b"12345678901234567890123",
+        b'{"id":-98765432109876543210,"f":1e-7}',
+        b"[1,18446744073709551616]",
+        b'{"n":1}',
+        b"12345678901234567890123",
+    ]

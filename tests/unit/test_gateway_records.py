@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from ferry.errors import ValidationError
@@ -13,6 +14,7 @@ from ferry.gateway.records import (
     Refused,
     check_topic,
     json_value,
+    loads,
     parse_due,
     parse_record,
     parse_request,
@@ -39,6 +41,85 @@ DAY_MS = 24 * 3600 * 1000
 )
 def test_json_value_writes_a_string_bare_and_anything_else_as_json(value: Any, written: bytes | None) -> None:
     assert json_value(value) == written
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        (b"12345678901234567890123", b"12345678901234567890123"),  # the audit's: was 1.2345678901234568e+22
+        (b"-12345678901234567890123", b"-12345678901234567890123"),
+        (b"18446744073709551616", b"18446744073709551616"),  # 2^64: the first beyond orjson's
+        (b"-9223372036854775809", b"-9223372036854775809"),  # -2^63 - 1: 19 digits, beyond orjson's
+        (b"18446744073709551615", b"18446744073709551615"),  # 2^64 - 1: orjson's own
+        (b"-9223372036854775808", b"-9223372036854775808"),
+        (b"9" * 300, b"9" * 300),
+        (b'{"id": 12345678901234567890123}', b'{"id":12345678901234567890123}'),
+        (b'{"a": {"b": {"c": [1, -98765432109876543210987]}}}', b'{"a":{"b":{"c":[1,-98765432109876543210987]}}}'),
+        (b"[99999999999999999999, 1, 2.5, 1e-7, 1e22]", b"[99999999999999999999,1,2.5,1e-7,1e+22]"),
+        (b'[{"n": 1}, [[100000000000000000000]], "x"]', b'[{"n":1},[[100000000000000000000]],"x"]'),
+        (
+            rb'{"big": 100000000000000000000, "s": "\u00fc\n\"", "f": 0.1, "t": true}',
+            '{"big":100000000000000000000,"s":"ü\\n\\"","f":0.1,"t":true}'.encode(),
+        ),
+    ],
+)
+def test_integers_beyond_64_bits_are_written_exactly(value: bytes, written: bytes) -> None:
+    """orjson reads them as floats; the gateway writes them as the client wrote them (§9: the
+    value's UTF-8 JSON text), at any depth, in arrays, negative."""
+    body = b'{"records": [{"key": "k", "value": ' + value + b'}, {"value": ' + value + b', "partition": 0}]}'
+    parsed = parse_request(loads(body), "t", NOW)
+    assert [p.value for p in parsed if isinstance(p, Outgoing)] == [written, written]
+
+
+ORDINARY = [
+    b"0",
+    b"-1",
+    b"1234567890123456789",  # 19 digits, within 64 bits
+    b"2.5",
+    b"1e-7",
+    b"-0.0",
+    b"1.7976931348623157e308",
+    b"5e-324",
+    b"123456789012345678901.5",  # a long run of digits in a float: a float, as orjson reads it
+    rb'"text \u00fc \ud83d\ude00 \u0001"',
+    b'{"a": [1, null, true, {"b": "c"}], "d": 1.25}',
+    b'{"a": 1, "a": 2}',
+    b'"an id in a string: 12345678901234567890123"',
+]
+
+
+@pytest.mark.parametrize("value", ORDINARY)
+@pytest.mark.parametrize("long_run", [False, True])
+def test_ordinary_values_are_written_byte_identical_to_orjsons(value: bytes, long_run: bool) -> None:
+    """With or without a 19-digit run elsewhere in the body (which takes the stdlib's parse), a
+    value without a big integer is written exactly as orjson alone wrote it before."""
+    extra = b', {"key": "1234567890123456789012"}' if long_run else b""
+    body = b'{"records": [{"value": ' + value + b"}" + extra + b"]}"
+    before = [json_value(r.get("value")) for r in orjson.loads(body)["records"]]
+    assert [json_value(r.get("value")) for r in loads(body)["records"]] == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"records": [{"value": NaN}], "n": 12345678901234567890123}',
+        rb'{"records": [{"value": "\ud800"}], "n": 12345678901234567890123}',  # a lone surrogate
+        b'{"records": [{"value": 12345678901234567890123,}]}',
+        b"[" * 2000 + b"12345678901234567890123" + b"]" * 2000,
+        b"[" * 1000 + b"12345678901234567890123" + b"]" * 1000,  # within orjson's depth, not the stdlib's
+        b'{"records": [{"value": 1' + b"0" * 400 + b"}]}",  # beyond 10^308: orjson refuses it
+        b'{"records": [{"value": 1}]',
+    ],
+)
+def test_bodies_orjson_refuses_are_refused_with_long_digit_runs_too(body: bytes) -> None:
+    with pytest.raises(ValueError):
+        loads(body)
+
+
+def test_a_big_integer_where_a_small_one_belongs_is_refused_as_before() -> None:
+    body = loads(b'{"records": [{"partition": 12345678901234567890123}, {"delay_ms": 99999999999999999999}]}')
+    parsed = parse_request(body, "t", NOW)
+    assert [p.field for p in parsed if isinstance(p, Refused)] == ["records[0].partition", "records[1].delay_ms"]
 
 
 @pytest.mark.parametrize(
