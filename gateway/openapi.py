@@ -10,6 +10,12 @@ _ERROR = {
     "properties": {"error": {"type": "string"}, "field": {"type": ["string", "null"]}},
     "required": ["error"],
 }
+_HEADERS = {
+    "type": "object",
+    "additionalProperties": {"type": "string"},
+    "propertyNames": {"minLength": 1, "maxLength": 255, "not": {"pattern": "^[Ff][Ee][Rr][Rr][Yy]-"}},
+    "description": "record headers; names starting with ferry- (any letter case) are reserved for Ferry",
+}
 _RECORD = {
     "type": "object",
     "additionalProperties": False,
@@ -17,7 +23,7 @@ _RECORD = {
         "key": {"type": ["string", "null"]},
         "value": {"description": "any JSON; a string is written as its bare text, anything else as JSON text"},
         "value_b64": {"type": "string", "description": "raw bytes, base64 (not with value)"},
-        "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+        "headers": _HEADERS,
         "partition": {"type": "integer", "minimum": 0},
         "delay_ms": {"type": "integer", "minimum": 1, "description": "deliver no earlier than now + delay_ms"},
         "deliver_at": {"type": "integer", "description": "deliver no earlier than this epoch ms"},
@@ -128,7 +134,7 @@ OPENAPI: dict[str, Any] = {
                             "topic": {"type": "string"},
                             "payload": {"type": "string"},
                             "key": {"type": "string"},
-                            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                            "headers": _HEADERS,
                         },
                         "required": ["topic", "payload"],
                     }
