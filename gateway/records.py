@@ -276,10 +276,8 @@ def parse_seed(body: Any, now_ms: int, request_delay: str | None = None) -> Outg
 
 def _seed_due(raw: str, field: str, now_ms: int) -> int:
     """The due time of an ``x-delay`` of ``raw`` whole seconds from ``now_ms``."""
-    try:
-        seconds = int(raw.strip())
-    except ValueError:
-        seconds = 0
+    digits = raw.strip()
+    seconds = int(digits) if digits.isascii() and digits.isdigit() else 0  # not "+3", "1_000", "1.5"
     if seconds <= 0:
         raise ValidationError(field, f"must be a whole number of seconds > 0, not {raw[:40]!r}")
     try:

@@ -297,6 +297,9 @@ def test_a_seed_body(body: dict[str, Any], http_delay: str | None, expected: Out
         ({"topic": "t", "payload": "p", "headers": {"x-delay": "-3"}}, None, "headers.x-delay"),
         ({"topic": "t", "payload": "p", "headers": {"x-delay": "9999999"}}, None, "headers.x-delay"),  # > 90 days
         ({"topic": "t", "payload": "p"}, "1.5", "x-delay"),
+        ({"topic": "t", "payload": "p"}, "+3", "x-delay"),
+        ({"topic": "t", "payload": "p"}, "1_000", "x-delay"),
+        ({"topic": "t", "payload": "p", "headers": {"x-delay": "\uff13"}}, None, "headers.x-delay"),  # a wide 3
         ({"topic": "t", "payload": "p", "headers": {"x-delay": "2"}}, "3", "x-delay"),
     ],
 )
