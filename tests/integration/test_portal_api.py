@@ -228,3 +228,14 @@ async def test_dry_run_checks_everything_and_stores_nothing(api: TestClient) -> 
     assert ("subscription.create", "dry-a") in dry
     assert not [e for e in dry if e[1] != "dry-a" or e[0] == "subscription.update"]  # dry runs are not audited
     assert (await api.delete("/api/v1/subscriptions/dry-a", headers=h(ADMIN))).status == 204
+
+
+async def test_cesql_filters_through_the_api(api: TestClient) -> None:
+    """The CESQL forms a user writes first: NOT before a bracket is the keyword, not a function;
+    a call with the wrong number of arguments is refused when saved, naming the function."""
+    ok = sub("cesql-a", filter={"sql": "NOT (kafkapartition IN (0, 1)) AND NOT(type = 'x')"})
+    assert (await api.post("/api/v1/subscriptions?dry_run=true", json=ok, headers=h(ADMIN))).status == 200
+    bad = sub("cesql-b", filter={"sql": "LENGTH(subject, 2) > 1"})
+    r = await api.post("/api/v1/subscriptions?dry_run=true", json=bad, headers=h(ADMIN))
+    answer = await r.json()
+    assert r.status == 400 and answer["field"] == "filter.sql" and "LENGTH" in answer["error"], answer
