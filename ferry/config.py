@@ -291,7 +291,8 @@ class GatewaySettings:
     """Bytes of records accepted but not yet acknowledged by the brokers; beyond it requests are
     answered 503 with ``Retry-After`` at once, so memory stays bounded whatever the load."""
     produce_timeout_ms: int = setting("FERRY_GATEWAY_PRODUCE_TIMEOUT_MS", 15_000)
-    """How long a record may wait for the brokers' acknowledgement before its request gives up on it."""
+    """How long a produce request may wait for the brokers' acknowledgements: it is answered by
+    then (504 for records sent and not acknowledged, whose outcome is unknown)."""
     token_cache_ms: int = setting("FERRY_GATEWAY_TOKEN_CACHE_MS", 10_000)
     """How long a token looked up in the database is trusted: a token revoked in the portal stops
     working within this time. Known tokens keep working while the database is down."""

@@ -10,8 +10,11 @@ unknown path or method, 413, 417) it raises as :class:`HttpError` for the server
 Every route but ``/healthz`` and ``/metrics`` needs ``Authorization: Bearer <token>`` (an ``admin``
 token, or a ``produce`` token whose topic patterns match every topic written, a transaction's
 included; a ``read`` token may only read a transaction's state). Errors are JSON ``{"error", "field"}``
-(the seed route: ``{"code", "message"}``) with 400, 401, 403, 404, 409, 413, 422 or 503 — bad input
-never yields a 500, and a 503 always carries ``Retry-After``.
+(the seed route: ``{"code", "message"}``) with 400, 401, 403, 404, 409, 413, 422, 429, 503 or 504 —
+bad input never yields a 500, a 503 (nothing written) always carries ``Retry-After``, and a 504 says
+the records may or may not be written. Every produce is answered by its deadline,
+``FERRY_GATEWAY_PRODUCE_TIMEOUT_MS`` after its body was read (with an ``Idempotency-Key``, plus the
+short write of its answer to the key's topic).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from ferry.gateway.httpmsg import Handler, HttpError, Refusal, Request, Response
 from ferry.gateway.idempotency import Conflicting, Idempotency, InProgress
 from ferry.gateway.metrics import GatewayMetrics
 from ferry.gateway.openapi import OPENAPI
-from ferry.gateway.produce import Unavailable, write
+from ferry.gateway.produce import Unavailable, Unknown, write
 from ferry.gateway.producer import Busy, Producer
 from ferry.gateway.tokens import Principal, TokenCache, TokensUnavailable
 from ferry.gateway.transactions import Transactions
@@ -203,7 +206,11 @@ async def _partitions(gw: Gateway, topics: set[str]) -> dict[str, int]:
 
 
 async def _once(
-    gw: Gateway, request: Request, raw: bytes, run: Callable[[], Awaitable[tuple[int, dict[str, Any]]]]
+    gw: Gateway,
+    request: Request,
+    raw: bytes,
+    run: Callable[[], Awaitable[tuple[int, dict[str, Any]]]],
+    deadline: float,
 ) -> Response:
     """Run a produce at most once per ``Idempotency-Key`` (§9), or simply run it without one."""
     key = request.headers.get("idempotency-key")
@@ -235,6 +242,7 @@ async def produce_records(gw: Gateway, request: Request, topic: str) -> Response
         raise ApiError(400, exc.message, exc.field) from None
     _allowed(request, topic)
     doc, raw = await _body(request)
+    deadline = time.monotonic() + gw.producer.produce_timeout_s
     now = now_ms()
     try:
         parsed = rq.parse_request(doc, topic, now)
@@ -243,14 +251,18 @@ async def produce_records(gw: Gateway, request: Request, topic: str) -> Response
     partitions = await _partitions(gw, {topic})
 
     async def run() -> tuple[int, dict[str, Any]]:
-        written = await _write(gw, parsed, partitions, now)
+        try:
+            written = await _write(gw, parsed, partitions, now, deadline)
+        except Unknown as exc:  # an answer, not a failure: kept for the key (its retry writes nothing)
+            return 504, {"error": str(exc), "field": None}
         return 200, {"results": written}
 
-    return await _once(gw, request, raw, run)
+    return await _once(gw, request, raw, run, deadline)
 
 
 async def seed_send(gw: Gateway, request: Request, _: str) -> Response:
     doc, raw = await _body(request)
+    deadline = time.monotonic() + gw.producer.produce_timeout_s
     now = now_ms()
     try:
         rec = rq.parse_seed(doc, now, request.headers.get("x-delay"))
@@ -260,22 +272,30 @@ async def seed_send(gw: Gateway, request: Request, _: str) -> Response:
     partitions = await _partitions(gw, {rec.topic})
 
     async def run() -> tuple[int, dict[str, Any]]:
-        (result,) = await _write(gw, [rec], partitions, now)
-        if "error" in result:
-            return 503, {"code": 503, "message": result["error"]}
+        try:
+            (result,) = await _write(gw, [rec], partitions, now, deadline)
+        except Unknown as exc:  # an answer, not a failure: kept for the key (its retry writes nothing)
+            return 504, {"code": 504, "message": str(exc)}
+        if "field" in result:  # refused for good: a retry fails the same way
+            return 400, {"code": 400, "message": f"payload: {result['error']}"}
         return 200, {"code": 0, "message": "ok", **result}
 
-    return await _once(gw, request, raw, run)
+    return await _once(gw, request, raw, run, deadline)
 
 
 async def _write(
-    gw: Gateway, parsed: list[rq.Outgoing | rq.Refused], partitions: dict[str, int], now: int
+    gw: Gateway, parsed: list[rq.Outgoing | rq.Refused], partitions: dict[str, int], now: int, deadline: float
 ) -> list[dict[str, Any]]:
     started = time.perf_counter()
     try:
-        written = await write(gw.producer, parsed, partitions=partitions, delay_topic=gw.delay_topic, now_ms=now)
+        written = await write(
+            gw.producer, parsed, partitions=partitions, delay_topic=gw.delay_topic, now_ms=now, deadline=deadline
+        )
     except Unavailable as exc:
         raise ApiError(503, str(exc), retry_after_s=exc.retry_after_s) from None
+    except Unknown:
+        gw.metrics.errors.labels("unknown_outcome").inc()
+        raise
     finally:
         gw.metrics.latency.observe(time.perf_counter() - started)
     for topic in partitions:

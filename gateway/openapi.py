@@ -54,7 +54,11 @@ def _errors(*codes: int) -> dict[str, Any]:
         409: "the transaction is already decided the other way, or the Idempotency-Key is in use",
         413: "body over FERRY_MAX_BODY_BYTES",
         422: "Idempotency-Key used before with another body",
-        503: "Kafka cannot take records now (Retry-After says when to retry)",
+        503: "Kafka cannot take records now and none was written (retry after Retry-After)",
+        504: (
+            "no record is known written and some may be: Kafka did not acknowledge them within "
+            "FERRY_GATEWAY_PRODUCE_TIMEOUT_MS (with the same Idempotency-Key a retry answers this again)"
+        ),
     }
     return {
         str(c): {
@@ -119,7 +123,7 @@ OPENAPI: dict[str, Any] = {
                             }
                         ),
                     },
-                    **_errors(400, 401, 403, 404, 409, 413, 422, 503),
+                    **_errors(400, 401, 403, 404, 409, 413, 422, 503, 504),
                 },
             }
         },

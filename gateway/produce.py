@@ -10,25 +10,33 @@ and waits for all acknowledgements, so the answer says, per record, exactly what
   with ``ferry-deliver-at``, ``ferry-target-topic`` and, when the record names its partition,
   ``ferry-target-partition`` (docs/contract.md §10); the delay store
   writes it to its topic when due. A due time already past is written to its topic at once;
-- ``{"error", "field"}`` — refused on its own (bad input, a partition the topic does not have);
-- ``{"error"}`` — Kafka did not acknowledge it (timeout, broker error): it may or may not be there.
+- ``{"error", "field"}`` — refused on its own, for good (bad input, a partition the topic does not
+  have, a record larger than Kafka takes): a retry of it fails the same way;
+- ``{"error"}`` — not acknowledged by Kafka within the deadline, or failed: the error says whether
+  it may be there (outcome unknown) or is not (a retry writes it once).
 
 Order: records of one request are sent in request order, and the producer is idempotent with
 ``acks=all``, so records of one request with the same key (same partition) are written in request
 order; so are those of successive requests on one connection, since a request is answered only
 after its records are acknowledged.
 
-:class:`Unavailable` (503 + ``Retry-After``) is raised when Kafka could take none of the records.
+:class:`Unavailable` (503 + ``Retry-After``) is raised when no record of the request can have been
+written and none was refused; :class:`Unknown` (504) when none is known written and some may have
+been. A request is answered by its deadline (``FERRY_GATEWAY_PRODUCE_TIMEOUT_MS`` after it arrived).
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from ferry import delay
 from ferry.errors import FerryError
-from ferry.gateway.producer import Ack, Producer
+from ferry.gateway.producer import REFUSED_FOR_GOOD, Ack, Producer
 from ferry.gateway.records import Outgoing, Refused
 
 
@@ -41,13 +49,47 @@ class Unavailable(FerryError):
         self.results = results
 
 
+class Unknown(FerryError):
+    """No record of the request is known written, and some may have been (504): a retry without the
+    same ``Idempotency-Key`` may write them twice."""
+
+
+NOT_WRITTEN = frozenset({KafkaError._PURGE_QUEUE, KafkaError._TIMED_OUT_QUEUE, KafkaError.NOT_ENOUGH_REPLICAS})
+"""Errors librdkafka gives a record that never reached a broker's log (its ``MSG_NOT_PERSISTED``):
+a retry writes it once. Any other error — ``_MSG_TIMED_OUT``, ``_PURGE_INFLIGHT``, a request
+timeout — may come after the brokers wrote it (``MSG_POSSIBLY_PERSISTED``)."""
+
+
+def unknown_outcome(timeout_s: float, why: str) -> str:
+    return (
+        f"Kafka did not acknowledge the record within {timeout_s:g} s ({why}): it may or may not be "
+        "written. A retry with the same Idempotency-Key answers this again and writes nothing; "
+        "a retry without one may write it twice"
+    )
+
+
+SIZE_ERRORS = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.INVALID_MSG_SIZE, KafkaError.RECORD_LIST_TOO_LARGE})
+
+
+def refused_for_good(err: KafkaError, size: int, limit: int) -> str:
+    """A record's own error for one Kafka refuses whatever the retry: what to change."""
+    if err.code() in SIZE_ERRORS:
+        return (
+            f"Kafka refuses this record for good ({err.str()}): it is about {size:,} bytes, and the gateway "
+            f"takes records up to {limit:,} bytes (message.max.bytes in FERRY_KAFKA_CONFIG; the topic's "
+            "max.message.bytes may be lower); make it smaller or split it"
+        )
+    return f"Kafka refuses this record for good ({err.str()}): change the record; a retry fails the same way"
+
+
 @dataclass
 class Written:
     results: list[dict[str, Any]]
     records: int = 0  # written now
     scheduled: int = 0
     refused: int = 0
-    failed: int = 0
+    failed: int = 0  # not written, or outcome unknown
+    unknown: int = 0  # may have been written
     bytes: int = 0
 
 
@@ -71,9 +113,11 @@ async def write(
     partitions: dict[str, int],
     delay_topic: str,
     now_ms: int,
+    deadline: float,
 ) -> Written:
-    """Send every valid record, wait for every acknowledgement, and say what happened to each.
-    ``partitions``: the partition count of every target topic of ``records``."""
+    """Send every valid record, wait for every acknowledgement until ``deadline``
+    (``time.monotonic()``), and say what happened to each. ``partitions``: the partition count of
+    every target topic of ``records``."""
     results: list[dict[str, Any] | None] = [None] * len(records)
     out = Written([])
     sending: list[tuple[Outgoing, str, int]] = []
@@ -100,17 +144,44 @@ async def write(
         where.append(i)
     acks: list[Ack | None] = []
     busy = None
+    expired = False
     if sending:
-        fut, busy = producer.send_many(sending)
-        acks = await fut
-    written = scheduled = failed = size_written = 0
-    for i, (_, _, size), ack in zip(where, sending, acks, strict=True):
-        if ack is None:  # not queued: Kafka could not take it
-            results[i] = {"error": str(busy)}
+        pending, busy = producer.send_many(sending)
+        fut = pending.fut
+        if not fut.done():
+            loop = asyncio.get_running_loop()
+            timer = loop.call_at(loop.time() + deadline - time.monotonic(), producer.expire, pending)
+            got = await fut
+            timer.cancel()
+        else:
+            got = fut.result()
+        expired = got is None
+        acks = got if got is not None else list(pending.acks)
+    written = scheduled = failed = unknown = size_written = 0
+    queued_until = len(sending) if busy is None else busy.at
+    for n, (i, (_, _, size), ack) in enumerate(zip(where, sending, acks, strict=True)):
+        if ack is None:
+            if n >= queued_until:  # not queued: Kafka could not take it now
+                results[i] = {"error": f"not written: {busy}"}
+            else:  # queued, not acknowledged by the deadline
+                results[i] = {"error": unknown_outcome(producer.produce_timeout_s, "no answer from the brokers")}
+                unknown += 1
             failed += 1
         elif ack[0] is not None:
-            results[i] = {"error": f"not acknowledged by Kafka: {ack[0].str()}"}
-            failed += 1
+            code = ack[0].code()
+            if code in REFUSED_FOR_GOOD:
+                results[i] = {
+                    "error": refused_for_good(ack[0], size, producer.max_record_bytes),
+                    "field": f"records[{i}].value",
+                }
+                out.refused += 1
+            elif code in NOT_WRITTEN:
+                results[i] = {"error": f"not written: Kafka failed it ({ack[0].str()}); retry it"}
+                failed += 1
+            else:
+                results[i] = {"error": unknown_outcome(producer.produce_timeout_s, ack[0].str())}
+                failed += 1
+                unknown += 1
         elif i not in dues:
             results[i] = {"partition": ack[1], "offset": ack[2]}
             written += 1
@@ -120,10 +191,14 @@ async def write(
             results[i] = {"scheduled": True, "id": f"{delay_topic}/{ack[1]}/{ack[2]}", "deliver_at": due}
             scheduled += 1
             size_written += size
-    out.records, out.scheduled, out.failed, out.bytes = written, scheduled, failed, size_written
-    if busy is not None and out.refused == 0 and all(ack is None for ack in acks):  # Kafka took none
-        raise Unavailable(str(busy), busy.retry_after_s, [r or {} for r in results])
+    out.records, out.scheduled, out.failed, out.unknown, out.bytes = written, scheduled, failed, unknown, size_written
     out.results = [r or {} for r in results]
     if out.failed and not (out.records or out.scheduled or out.refused):
-        raise Unavailable("Kafka acknowledged none of the records; retry shortly", 2, out.results)
+        if out.unknown:
+            raise Unknown(
+                unknown_outcome(producer.produce_timeout_s, "no answer from the brokers" if expired else "failed")
+            )
+        if busy is not None:
+            raise Unavailable(str(busy), busy.retry_after_s, out.results)
+        raise Unavailable("Kafka wrote none of the records; retry shortly", 2, out.results)
     return out

@@ -20,8 +20,12 @@ How it stays fast and bounded:
   brokers are unreachable — :meth:`Producer.send_many` refuses with :class:`Busy` at once, and the
   request is answered 503 with ``Retry-After`` instead of waiting: memory stays bounded whatever
   the load, and clients are not left hanging.
-- A record not acknowledged within ``produce_timeout_ms`` fails with a timeout (librdkafka's
-  ``message.timeout.ms``); its request says so for that record.
+- A request waits at most until its deadline (``produce_timeout_ms`` after it arrived; the caller's
+  timer calls :meth:`Producer.expire`): it is answered with the acknowledgements that came, and
+  its bytes stop counting. A record without one has an unknown outcome (it may have reached the
+  brokers), whatever librdkafka reports later; its request says so for that record.
+- A record librdkafka refuses for good when it is queued (too large for ``message.max.bytes``) is
+  not queued and gets that error as its acknowledgement; the request's other records are queued.
 
 States: ``up`` (sending) ⇄ ``down`` (librdkafka reported all brokers down; until a record is
 acknowledged again, or 5 s pass, sends are refused).
@@ -48,11 +52,37 @@ DOWN_RECHECK_S = 5.0
 
 
 class Busy(FerryError):
-    """Kafka cannot take records now; ``retry_after_s`` says when to try again."""
+    """Kafka cannot take records now; ``retry_after_s`` says when to try again. ``at``: the index of
+    the first record not queued (it and every record after it were not)."""
 
-    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+    def __init__(self, message: str, retry_after_s: int = 1, at: int = 0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+        self.at = at
+
+
+REFUSED_FOR_GOOD = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_MSG_SIZE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG,
+    }
+)
+"""Errors for which the same record is refused again on any retry: the record's own error."""
+
+PRODUCER_LOST = frozenset(
+    {
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    }
+)
+"""Errors after which an idempotent producer's later records keep failing (the brokers fenced it or
+lost its state, as after an outage): a new producer (new producer id) recovers. librdkafka reports
+some of them per record only, not as a fatal error."""
 
 
 Ack = tuple[KafkaError | None, int, int]
@@ -92,6 +122,7 @@ class Producer:
         linger_ms: int = 5,
     ) -> None:
         self.max_in_flight_bytes = max_in_flight_bytes
+        self.produce_timeout_s = produce_timeout_ms / 1000
         self.in_flight_bytes = 0
         self._down_since: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -115,7 +146,7 @@ class Producer:
         self._p = kafka.producer(self._config, "gateway")
         # A record this large may be refused by librdkafka (message.max.bytes): it is sent alone,
         # so that a refusal stops the request there and no record after it is queued.
-        self._run_max = int(self._config.get("message.max.bytes", 1_000_000))
+        self._run_max = self.max_record_bytes = int(self._config.get("message.max.bytes", 1_000_000))
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -143,14 +174,14 @@ class Producer:
 
     # --- sending ----------------------------------------------------------------------------
 
-    def send_many(
-        self, items: Sequence[tuple[Outgoing, str, int]]
-    ) -> tuple[asyncio.Future[list[Ack | None]], Busy | None]:
-        """Queue a request's records — (record, topic, size) each, in order — and return one future
-        for all their acknowledgements: a list with one :data:`Ack` per record, in order, resolved
-        once the brokers acknowledged (or failed) every queued record. When Kafka cannot take a
-        record now, it and the records after it are not queued (their entries stay None) and the
-        :class:`Busy` saying why is returned beside the future."""
+    def send_many(self, items: Sequence[tuple[Outgoing, str, int]]) -> tuple[acks.Acks, Busy | None]:
+        """Queue a request's records — (record, topic, size) each, in order — and return their
+        :class:`~ferry.gateway.acks.Acks`, whose future resolves to a list with one :data:`Ack` per
+        record, in order, once the brokers acknowledged (or failed) every queued record, or to None
+        if :meth:`expire` came first (then ``acks`` holds those that came). When Kafka
+        cannot take a record now, it and the records after it are not queued (their entries stay
+        None) and the :class:`Busy` saying why is returned beside them. A record refused for good
+        (:data:`REFUSED_FOR_GOOD`) is not queued either: its entry is ``(error, None, None)``."""
         assert self._loop is not None, "Producer.start() was not called"
         # Until sealed, the records not yet queued count too: no early finish.
         pending = self._pending(self._loop.create_future(), len(items), self._done)
@@ -175,7 +206,18 @@ class Producer:
         pending.size = queued_bytes
         if pending.seal(offered - queued):  # nothing queued, or every acknowledgement came already
             self._settle([pending])
-        return pending.fut, busy
+        return pending, busy
+
+    def expire(self, pending: acks.Acks) -> None:
+        """(Loop thread, at a request's deadline: the caller's timer.) Resolve its future to None:
+        the request is answered with the acknowledgements that came;
+        its bytes stop counting (librdkafka still holds its records, bounded by
+        ``queue.buffering.max.kbytes``, until they are acknowledged or time out)."""
+        if pending.fut.done():
+            return
+        self.in_flight_bytes -= pending.size
+        pending.size = 0
+        pending.fut.set_result(None)
 
     def _within_bound(self, items: Sequence[tuple[Outgoing, str, int]]) -> tuple[int, Busy | None]:
         """How many of the first records fit in ``max_in_flight_bytes`` (one always does when
@@ -185,7 +227,8 @@ class Producer:
             if held + size > self.max_in_flight_bytes and held > 0:
                 return i, Busy(
                     f"the gateway holds {held:,} bytes not yet acknowledged by Kafka "
-                    f"(FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES={self.max_in_flight_bytes:,}); retry shortly"
+                    f"(FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES={self.max_in_flight_bytes:,}); retry shortly",
+                    at=i,
                 )
             held += size
         return len(items), None
@@ -197,7 +240,8 @@ class Producer:
         queued, their bytes, and the :class:`Busy` for the first one Kafka refused, if any (a
         refused record's callback is never called). The bytes bound refuses long before
         librdkafka's queue is full, so a refusal inside a run is a fatal producer error, which
-        refuses the rest of it too."""
+        refuses the rest of it too. A record refused for good (only ever alone: :func:`groups`)
+        gets its error as its acknowledgement and is not a refusal of the request."""
         if stop - start == 1:
             rec, topic, size = items[start]
             try:
@@ -209,8 +253,14 @@ class Producer:
                     headers=cast(Any, rec.headers or None),
                     on_delivery=pending.callback(start),
                 )
-            except (BufferError, KafkaException) as exc:
-                return 0, 0, self._refused(exc)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if isinstance(err, KafkaError) and err.code() in REFUSED_FOR_GOOD:
+                    pending.acks[start] = (err, None, None)
+                    return 0, 0, None
+                return 0, 0, self._refused(exc, start)
+            except BufferError as exc:
+                return 0, 0, self._refused(exc, start)
             return 1, size, None
         group = items[start:stop]
         run = pending.batch(items, start, stop)
@@ -223,22 +273,22 @@ class Producer:
                 n += 1
                 n_bytes += size
             elif busy is None:
-                busy = self._refused(KafkaException(err))
+                busy = self._refused(KafkaException(err), start + n)
         return n, n_bytes, busy
 
-    def _refused(self, exc: BufferError | KafkaException) -> Busy:
-        """Why a record could not be queued, as the request's answer says it (and a fatal error of
-        the idempotent producer marks it for replacement)."""
+    def _refused(self, exc: BufferError | KafkaException, at: int) -> Busy:
+        """Why record ``at`` could not be queued now, as the request's answer says it (and a fatal
+        error of the idempotent producer marks it for replacement)."""
         if isinstance(exc, BufferError):
-            return Busy("the gateway's Kafka queue is full; retry shortly")
+            return Busy("the gateway's Kafka queue is full; retry shortly", at=at)
         err = exc.args[0] if exc.args else None
         if isinstance(err, KafkaError):
             if err.code() == KafkaError._QUEUE_FULL:
-                return Busy("the gateway's Kafka queue is full; retry shortly")
+                return Busy("the gateway's Kafka queue is full; retry shortly", at=at)
             if err.fatal():
                 self._rebuild = True
         why = err.str() if isinstance(err, KafkaError) else exc
-        return Busy(f"Kafka refused the record now ({why}); retry")
+        return Busy(f"Kafka refused the record now ({why}); retry", at=at)
 
     # --- the polling thread -----------------------------------------------------------------
 
@@ -269,7 +319,7 @@ class Producer:
                 self._note_failures(pending.acks)
             elif pending.size:  # every queued record was acknowledged
                 self._down_since = None
-            if not pending.fut.done():
+            if not pending.fut.done():  # else answered at its deadline (expire)
                 pending.fut.set_result(pending.acks)
 
     def _note_failures(self, entries: list[Ack | None]) -> None:
@@ -279,9 +329,9 @@ class Producer:
             err = ack[0]
             if err is None:
                 self._down_since = None
-            elif err.code() == KafkaError._MSG_TIMED_OUT and not self._rebuild:
-                # Not acknowledged in produce_timeout_ms: a cluster that restarted without our
-                # producer's state never will; a fresh producer (new producer id) recovers.
+            elif (err.code() == KafkaError._MSG_TIMED_OUT or err.code() in PRODUCER_LOST) and not self._rebuild:
+                # Not acknowledged in produce_timeout_ms (a cluster that restarted without our
+                # producer's state never will), or fenced: a fresh producer (new producer id) recovers.
                 self._rebuild = True
 
     def _replace(self) -> None:

@@ -1,7 +1,8 @@
 """The gateway's producer against the real broker: what :meth:`Producer.send_many` queues and how it
 answers, for requests that mix plain records (sent as runs in one call) with records that carry
-headers or a chosen partition, several topics, the in-flight bytes bound and a record the brokers
-refuse. Every test runs with the acknowledgements collected in C and in Python (gateway/acks.py)."""
+headers or a chosen partition, several topics, the in-flight bytes bound, a record refused for good
+(too large) and a request's deadline. Every test runs with the acknowledgements collected in C and in
+Python (gateway/acks.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 from collections.abc import Sequence
 
 import pytest
+from confluent_kafka import KafkaError
 
 from ferry.gateway.producer import Ack, Busy, Producer
 from ferry.gateway.records import Outgoing
@@ -47,8 +49,8 @@ def send(
         )
         producer.start(asyncio.get_running_loop())
         try:
-            fut, busy = producer.send_many([(r, r.topic, r.size) for r in records])
-            acks = await asyncio.wait_for(fut, 30)
+            pending, busy = producer.send_many([(r, r.topic, r.size) for r in records])
+            acks = await asyncio.wait_for(pending.fut, 30)
             assert producer.in_flight_bytes == 0  # every queued record's bytes are given back
             return acks, busy
         finally:
@@ -96,17 +98,42 @@ def test_in_flight_bound_refuses_the_rest_of_the_request(kafka_bootstrap: str, t
     records = [rec(topic_name, "k", b"x" * 100) for _ in range(20)]  # 165 bytes each as counted
     acks, busy = send(kafka_bootstrap, records, max_in_flight_bytes=1000)
     assert isinstance(busy, Busy) and "FERRY_GATEWAY_MAX_IN_FLIGHT_BYTES=1,000" in str(busy)
+    assert busy.at == 6
     assert [a is not None for a in acks] == [True] * 6 + [False] * 14  # 6 × 165 ≤ 1,000 < 7 × 165
     assert all(a[0] is None for a in acks[:6] if a is not None)
     assert len(read(kafka_bootstrap, topic_name)) == 6
 
 
-def test_a_record_the_brokers_refuse_stops_the_request_there(kafka_bootstrap: str, topic_name: str) -> None:
+def test_a_record_too_large_is_refused_alone_and_the_others_are_written(kafka_bootstrap: str, topic_name: str) -> None:
     create_topic(kafka_bootstrap, topic_name, 1)
     records = [rec(topic_name, None, str(i).encode()) for i in range(3)]
     records.append(rec(topic_name, None, b"x" * 2_000_000))  # over message.max.bytes
     records += [rec(topic_name, None, str(i).encode()) for i in range(4, 6)]
     acks, busy = send(kafka_bootstrap, records, max_in_flight_bytes=16 << 20)
-    assert busy is not None and "size" in str(busy).lower()
-    assert [a is not None for a in acks] == [True, True, True, False, False, False]
-    assert [v for _, _, _, v, _ in read(kafka_bootstrap, topic_name)] == [b"0", b"1", b"2"]
+    assert busy is None
+    refused = acks[3]
+    assert refused is not None and refused[0] is not None
+    assert refused[0].code() == KafkaError.MSG_SIZE_TOO_LARGE and refused[1:] == (None, None)
+    assert all(a is not None and a[0] is None for i, a in enumerate(acks) if i != 3)
+    assert [v for _, _, _, v, _ in read(kafka_bootstrap, topic_name)] == [b"0", b"1", b"2", b"4", b"5"]
+
+
+def test_a_request_past_its_deadline_is_answered_and_its_bytes_given_back() -> None:
+    async def run() -> None:
+        # No broker listens there: the record stays queued in librdkafka.
+        producer = Producer(
+            {"bootstrap.servers": "127.0.0.1:9"}, max_in_flight_bytes=1 << 20, produce_timeout_ms=60_000
+        )
+        producer.start(asyncio.get_running_loop())
+        try:
+            record = rec("t", "k", b"v")
+            pending, busy = producer.send_many([(record, "t", record.size)])
+            assert busy is None and producer.in_flight_bytes == record.size
+            asyncio.get_running_loop().call_later(0.2, producer.expire, pending)
+            assert await asyncio.wait_for(pending.fut, 5) is None
+            assert producer.in_flight_bytes == 0 and list(pending.acks) == [None]
+        finally:
+            producer._p.purge()
+            producer.close(1)
+
+    asyncio.run(run())
