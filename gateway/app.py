@@ -34,7 +34,7 @@ from ferry.clock import now_ms
 from ferry.errors import ValidationError
 from ferry.gateway import records as rq
 from ferry.gateway.httpmsg import Handler, HttpError, Refusal, Request, Response
-from ferry.gateway.idempotency import Conflicting, Idempotency, InProgress
+from ferry.gateway.idempotency import Conflicting, Idempotency, InProgress, KeyUnavailable
 from ferry.gateway.metrics import GatewayMetrics
 from ferry.gateway.openapi import OPENAPI
 from ferry.gateway.produce import Unavailable, Unknown, write
@@ -224,11 +224,13 @@ async def _once(
         seen += b"\0x-delay: " + request.headers["x-delay"].encode()
     fingerprint = hashlib.sha256(seen).hexdigest()
     try:
-        status, body, repeated = await gw.idempotency.run(request.principal.name, key, fingerprint, run)
+        status, body, repeated = await gw.idempotency.run(request.principal.name, key, fingerprint, run, deadline)
     except Conflicting as exc:
         raise ApiError(422, str(exc), "Idempotency-Key") from None
     except InProgress as exc:
         raise ApiError(409, str(exc), "Idempotency-Key", retry_after_s=1) from None
+    except KeyUnavailable as exc:
+        raise ApiError(503, str(exc), "Idempotency-Key", retry_after_s=2) from None
     return Response(status, orjson.dumps(body), headers={"Idempotent-Replayed": "true"} if repeated else None)
 
 

@@ -15,7 +15,15 @@ One request with a key, in order:
    waits for the winner's ``done`` (or, if it does not come in time, answers
    :class:`InProgress`, 409 with ``Retry-After``).
 3. The winner appends ``done`` with the answer (acknowledged by the brokers) before answering.
-   A request that could not write anything (503) appends ``released`` instead: a retry runs again.
+   A request that could not write anything (503), or failed otherwise, appends ``released``
+   instead: a retry runs again. So does one whose claim could not be written in time
+   (:class:`KeyUnavailable`, 503).
+
+Every step waits at most until the request's deadline (recording the answer: ``DONE_GRACE_S``
+more), so a request with a key is answered as surely as one without. A claim that was neither
+released nor done — its replica died, or Kafka was unreachable for the release too — holds the key
+for ``claim_ttl_ms`` at most: a claim written that much later wins over it. The rule reads only the
+times written in the entries, so every replica decides alike.
 
 Cost per request with a key: two acknowledged writes to the topic (claim, done) and waiting for
 the replica's own tail to pass its claim, measured in docs/gateway.md. Keys are per token: the
@@ -39,11 +47,12 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from ferry import kafka, log
 from ferry.clock import now_ms
 from ferry.errors import FerryError
+from ferry.gateway.producer import PRODUCER_LOST
 from ferry.served_producer import ServedProducer
 
 _log = log.get_logger(__name__)
@@ -60,6 +69,14 @@ class InProgress(FerryError):
     """A request with this key is still running elsewhere (409, retry)."""
 
 
+class KeyUnavailable(FerryError):
+    """The key's claim could not be written or read back in time; nothing was written (503, retry)."""
+
+
+DONE_GRACE_S = 2.0
+"""How long past the request's deadline the winner may wait for its answer's ``done`` entry."""
+
+
 @dataclass
 class Entry:
     state: str  # "claimed" | "done" | "released"
@@ -70,13 +87,16 @@ class Entry:
     answer: dict[str, Any] | None = None
 
 
-def first_claim(old: Entry | None, claim: Entry, now: int) -> Entry:
+def first_claim(old: Entry | None, claim: Entry, now: int, claim_ttl_ms: int) -> Entry:
     """The key's entry once ``claim`` is read after ``old`` (what every entry before it left): an
-    earlier claim still live — not released, within 24 h, or done — stays; otherwise ``claim``
-    is the first."""
-    if old is not None and old.claim != claim.claim and old.state != "released" and now - old.at_ms < KEEP_MS:
-        return old
-    return claim
+    earlier claim still live — done within 24 h, or claimed less than ``claim_ttl_ms`` before
+    ``claim`` (a claim older than that was abandoned: no request runs that long) — stays; otherwise
+    ``claim`` is the first."""
+    if old is None or old.claim == claim.claim or old.state == "released" or now - old.at_ms >= KEEP_MS:
+        return claim
+    if old.state == "claimed" and claim.at_ms - old.at_ms >= claim_ttl_ms:
+        return claim
+    return old
 
 
 class Idempotency:
@@ -103,9 +123,19 @@ class Idempotency:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._partitions = PARTITIONS
-        self._served = ServedProducer(
-            {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": 1}, "gateway-idempotency"
-        )
+        # No request runs longer than its deadline plus DONE_GRACE_S from its claim's time.
+        self.claim_ttl_ms = int((2 * wait_s + DONE_GRACE_S + 5) * 1000)
+        self._background: set[asyncio.Task[Any]] = set()  # releases written after the answer
+        self._served_config = {
+            **self._config,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 1,
+            "message.timeout.ms": max(1000, int(wait_s * 1000)),
+            "error_cb": self._on_error,
+        }
+        self._fatal: str | None = None  # a fatal producer error (poll thread): replace before the next write
+        self._served = ServedProducer(self._served_config, "gateway-idempotency")
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -136,32 +166,73 @@ class Idempotency:
 
     # --- one request --------------------------------------------------------------------------
 
-    async def run(self, principal: str, key: str, fingerprint: str, run: Run) -> tuple[int, dict[str, Any], bool]:
-        """Answer (status, body, repeated) for the request: the first answer for this key, or run it."""
+    async def run(
+        self, principal: str, key: str, fingerprint: str, run: Run, deadline: float | None = None
+    ) -> tuple[int, dict[str, Any], bool]:
+        """Answer (status, body, repeated) for the request: the first answer for this key, or run it.
+        ``deadline`` (``time.monotonic()``; default ``wait_s`` from now): when the answer is due."""
+        if deadline is None:
+            deadline = time.monotonic() + self.wait_s
         kkey = hashlib.sha256(f"{principal}\0{key}".encode()).hexdigest().encode()
         known = self._known(kkey, fingerprint)
         if known is not None:
             return known[0], known[1], True
         claim = secrets.token_hex(8)
         ours = Entry("claimed", fingerprint, claim, now_ms())
-        partition, offset = await self._append(kkey, ours)
-        if not self._waiters and self._positions.get(partition, 0) >= offset:
-            # The tail has read every entry before our claim: whether one of them claimed the key
-            # first is known without reading our own back. Only while no other request waits for
-            # the tail: those are released together and share their next writes' batches.
-            self._remember(kkey, first_claim(self._entries.get(kkey), ours, now_ms()))
-        else:
-            await self._until_read(partition, offset)
+        try:
+            partition, offset = await self._append(kkey, ours, deadline)
+            if offset is None:
+                # Written, at an offset librdkafka could not learn (a retried produce the broker
+                # had already written: DUPLICATE_SEQUENCE_NUMBER); where the tail must read to is
+                # unknown, so this claim is given up.
+                raise KeyUnavailable("the key's claim was written at an unknown offset; retry")
+            if not self._waiters and self._positions.get(partition, 0) >= offset:
+                # The tail has read every entry before our claim: whether one of them claimed the key
+                # first is known without reading our own back. Only while no other request waits for
+                # the tail: those are released together and share their next writes' batches.
+                self._remember(kkey, first_claim(self._entries.get(kkey), ours, now_ms(), self.claim_ttl_ms))
+            else:
+                await self._until_read(partition, offset, deadline)
+        except BaseException as exc:
+            self._release(kkey, ours)  # the claim may have been written: it must not hold the key
+            if isinstance(exc, FerryError) and not isinstance(exc, KeyUnavailable):
+                raise KeyUnavailable(f"{exc}; nothing was written, retry") from None
+            raise
         entry = self._entries.get(kkey)
         if entry is None or entry.claim != claim:
-            return await self._wait_for_other(kkey, fingerprint)
+            return await self._wait_for_other(kkey, fingerprint, deadline)
         try:
             status, body = await run()
         except BaseException:
-            await self._append(kkey, Entry("released", fingerprint, claim, now_ms()))
+            self._release(kkey, ours)
             raise
-        await self._append(kkey, Entry("done", fingerprint, claim, now_ms(), status, body))
+        try:
+            await self._append(kkey, Entry("done", fingerprint, claim, now_ms(), status, body), deadline + DONE_GRACE_S)
+        except FerryError as exc:
+            # The records' outcome is this answer; only the key's memory of it is missing. The key
+            # frees after claim_ttl_ms, and a retry after that runs again.
+            _log.warning("gateway.idempotency_answer_unrecorded", topic=self.topic, status=status, error=str(exc))
         return status, body, False
+
+    def _release(self, kkey: bytes, ours: Entry) -> None:
+        """Append ``released`` for our claim without waiting for it (the answer goes out now)."""
+
+        async def release() -> None:
+            entry = Entry("released", ours.fingerprint, ours.claim, now_ms())
+            failed = ""
+            while now_ms() - ours.at_ms < self.claim_ttl_ms:  # after that the claim frees by itself
+                try:
+                    await self._append(kkey, entry, time.monotonic() + self.wait_s)
+                    return
+                except FerryError as exc:
+                    if not failed:
+                        _log.warning("gateway.idempotency_release_failed", topic=self.topic, error=str(exc))
+                    failed = str(exc)
+                await asyncio.sleep(1.0)
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _known(self, kkey: bytes, fingerprint: str) -> tuple[int, dict[str, Any]] | None:
         entry = self._entries.get(kkey)
@@ -174,9 +245,8 @@ class Idempotency:
             return entry.status, entry.answer
         return None
 
-    async def _wait_for_other(self, kkey: bytes, fingerprint: str) -> tuple[int, dict[str, Any], bool]:
+    async def _wait_for_other(self, kkey: bytes, fingerprint: str, deadline: float) -> tuple[int, dict[str, Any], bool]:
         assert self._changed is not None
-        deadline = time.monotonic() + self.wait_s
         while time.monotonic() < deadline:
             self._changed.clear()  # before looking: a change from now on wakes the wait below
             known = self._known(kkey, fingerprint)
@@ -193,7 +263,9 @@ class Idempotency:
 
     # --- the topic ------------------------------------------------------------------------------
 
-    async def _append(self, kkey: bytes, entry: Entry) -> tuple[int, int]:
+    async def _append(self, kkey: bytes, entry: Entry, deadline: float) -> tuple[int, int | None]:
+        """Write ``entry`` and wait for its acknowledgement until ``deadline``: (partition, offset),
+        the offset None when the brokers wrote it at an offset librdkafka did not learn."""
         value = orjson.dumps(
             {
                 "state": entry.state,
@@ -204,14 +276,43 @@ class Idempotency:
                 "answer": entry.answer,
             }
         )
+        if self._fatal is not None:
+            self._replace_producer()
         acked, on_delivery = self._served.acknowledgement()
-        self._served.producer.produce(self.topic, key=kkey, value=value, on_delivery=on_delivery)
-        err, partition, offset = await acked
+        try:
+            self._served.producer.produce(self.topic, key=kkey, value=value, on_delivery=on_delivery)
+        except (BufferError, KafkaException) as exc:
+            err = exc.args[0] if exc.args else None
+            if isinstance(err, KafkaError) and err.fatal():
+                self._fatal = err.str()
+            raise FerryError(
+                f"cannot write to {self.topic!r}: {err.str() if isinstance(err, KafkaError) else exc}"
+            ) from None
+        try:
+            err, partition, offset = await asyncio.wait_for(acked, max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise FerryError(f"Kafka did not acknowledge a write to {self.topic!r} in time") from None
         if err is not None:
+            if err.fatal() or err.code() in PRODUCER_LOST:
+                self._fatal = err.str()
             raise FerryError(f"cannot write to {self.topic!r}: {err.str()}")
         return partition, offset
 
-    async def _until_read(self, partition: int, offset: int) -> None:
+    def _on_error(self, err: KafkaError) -> None:
+        """(Poll thread.) A fatal error — e.g. the brokers fenced the idempotent producer after an
+        outage — ends that producer for good: the next write replaces it."""
+        if err.fatal():
+            self._fatal = err.str()
+
+    def _replace_producer(self) -> None:
+        """(Loop thread.) A new producer for the key's topic; the old one's writes fail (their
+        requests were answered by their deadlines) and it is closed in a thread."""
+        old, self._served = self._served, ServedProducer(self._served_config, "gateway-idempotency")
+        _log.warning("gateway.idempotency_producer_replaced", topic=self.topic, reason=self._fatal)
+        self._fatal = None
+        asyncio.get_running_loop().run_in_executor(None, old.close, 0)
+
+    async def _until_read(self, partition: int, offset: int, deadline: float) -> None:
         """Wait until the tail has read ``offset`` of ``partition`` (woken by the tail, no polling)."""
         if self._positions.get(partition, 0) > offset:
             return
@@ -219,9 +320,9 @@ class Idempotency:
         entry = (partition, offset, waiter)
         self._waiters.append(entry)
         try:
-            await asyncio.wait_for(waiter, self.wait_s)
+            await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
         except TimeoutError:
-            raise InProgress("the gateway could not read its own claim back in time; retry") from None
+            raise KeyUnavailable("the gateway could not read the key's claim back in time") from None
         finally:
             with contextlib.suppress(ValueError):
                 self._waiters.remove(entry)
@@ -245,7 +346,7 @@ class Idempotency:
         kkey = cast(bytes, msg.key())
         old = self._entries.get(kkey)
         if new.state == "claimed":
-            if first_claim(old, new, now_ms()) is old:
+            if first_claim(old, new, now_ms(), self.claim_ttl_ms) is old:
                 return  # a later claim never replaces an earlier live one
         elif old is not None and new.claim != old.claim and old.state != "released":
             return  # the outcome of a claim that lost

@@ -27,10 +27,10 @@ async def _scenario(bootstrap: str, topic: str) -> None:
     read_backs = 0
     until_read = ours._until_read
 
-    async def counted(partition: int, offset: int) -> None:
+    async def counted(partition: int, offset: int, deadline: float) -> None:
         nonlocal read_backs
         read_backs += 1
-        await until_read(partition, offset)
+        await until_read(partition, offset, deadline)
 
     ours._until_read = counted  # type: ignore[method-assign]
     runs: list[str] = []

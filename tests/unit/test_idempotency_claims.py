@@ -3,12 +3,16 @@ new one is read after the entries before it."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
-from ferry.gateway.idempotency import KEEP_MS, Entry, first_claim
+from ferry.gateway.idempotency import KEEP_MS, Entry, Idempotency, KeyUnavailable, first_claim
 
 NOW = 1_800_000_000_000
 OURS = Entry("claimed", "fp", "ours", NOW)
+TTL = 37_000  # Idempotency.claim_ttl_ms at a 15 s produce timeout
 
 
 @pytest.mark.parametrize(
@@ -21,7 +25,41 @@ OURS = Entry("claimed", "fp", "ours", NOW)
         (Entry("claimed", "fp", "theirs", NOW - KEEP_MS - 1), OURS),  # older than 24 h: forgotten
         (Entry("done", "fp", "theirs", NOW - KEEP_MS), OURS),
         (Entry("claimed", "fp", "ours", NOW), OURS),  # ours, already read back by the tail
+        (Entry("claimed", "fp", "theirs", NOW - TTL + 1), "old"),  # its request may still run
+        (Entry("claimed", "fp", "theirs", NOW - TTL), OURS),  # abandoned: neither done nor released
+        (Entry("done", "fp", "theirs", NOW - TTL - 1, 504, {"error": "unknown"}), "old"),  # an answer stays
     ],
 )
 def test_the_first_live_claim_stands(old: Entry | None, stands: Entry | str) -> None:
-    assert first_claim(old, OURS, NOW) is (old if stands == "old" else stands)
+    assert first_claim(old, OURS, NOW, TTL) is (old if stands == "old" else stands)
+
+
+def test_a_claim_written_at_an_unknown_offset_frees_the_key() -> None:
+    """librdkafka acknowledges a retried write the broker already had (DUPLICATE_SEQUENCE_NUMBER)
+    with no offset: the claim is given up and released, not compared with None (a TypeError that
+    held the key for 24 h)."""
+
+    async def main() -> None:
+        idem = Idempotency({"bootstrap.servers": "127.0.0.1:9"}, "keys", wait_s=1)
+        idem._changed = asyncio.Event()
+        written: list[str] = []
+        ran: list[bool] = []
+
+        async def append(kkey: bytes, entry: Entry, deadline: float) -> tuple[int, int | None]:
+            written.append(entry.state)
+            return 0, None
+
+        async def run() -> tuple[int, dict[str, Any]]:
+            ran.append(True)
+            return 200, {}
+
+        idem._append = append  # type: ignore[method-assign]
+        try:
+            with pytest.raises(KeyUnavailable, match="unknown offset"):
+                await idem.run("tok", "k", "fp", run)
+            await asyncio.sleep(0.01)  # the release is written in the background
+        finally:
+            idem._served.close(0)
+        assert written == ["claimed", "released"] and not ran
+
+    asyncio.run(main())
