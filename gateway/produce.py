@@ -27,8 +27,6 @@ been. A request is answered by its deadline (``FERRY_GATEWAY_PRODUCE_TIMEOUT_MS`
 
 from __future__ import annotations
 
-import asyncio
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,14 +145,9 @@ async def write(
     expired = False
     if sending:
         pending, busy = producer.send_many(sending)
-        fut = pending.fut
-        if not fut.done():
-            loop = asyncio.get_running_loop()
-            timer = loop.call_at(loop.time() + deadline - time.monotonic(), producer.expire, pending)
-            got = await fut
-            timer.cancel()
-        else:
-            got = fut.result()
+        if not pending.fut.done():
+            producer.watch(pending, deadline)
+        got = await pending.fut
         expired = got is None
         acks = got if got is not None else list(pending.acks)
     written = scheduled = failed = unknown = size_written = 0

@@ -20,10 +20,12 @@ How it stays fast and bounded:
   brokers are unreachable — :meth:`Producer.send_many` refuses with :class:`Busy` at once, and the
   request is answered 503 with ``Retry-After`` instead of waiting: memory stays bounded whatever
   the load, and clients are not left hanging.
-- A request waits at most until its deadline (``produce_timeout_ms`` after it arrived; the caller's
-  timer calls :meth:`Producer.expire`): it is answered with the acknowledgements that came, and
-  its bytes stop counting. A record without one has an unknown outcome (it may have reached the
-  brokers), whatever librdkafka reports later; its request says so for that record.
+- A request waits at most until its deadline (``produce_timeout_ms`` after it arrived, given to
+  :meth:`Producer.watch`): then it is answered with the acknowledgements that came, and its bytes
+  stop counting. A record without its acknowledgement then has an unknown outcome (it may have
+  reached the brokers), whatever librdkafka reports later; its request says so for that record.
+  Deadlines are checked by one sweep every ``SWEEP_S`` while requests wait, not by a timer per
+  request (arming and cancelling one cost about ten futures: 3.5 against 0.3 us on uvloop).
 - A record librdkafka refuses for good when it is queued (too large for ``message.max.bytes``) is
   not queued and gets that error as its acknowledgement; the request's other records are queued.
 
@@ -49,6 +51,8 @@ from ferry.gateway.records import Outgoing
 
 _log = log.get_logger(__name__)
 DOWN_RECHECK_S = 5.0
+SWEEP_S = 0.1
+"""How often the deadlines of waiting requests are checked: a request is answered at most this late."""
 
 
 class Busy(FerryError):
@@ -127,6 +131,8 @@ class Producer:
         self._down_since: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: list[acks.Acks] = []  # requests settled, not yet handed to the loop
+        self._watched: list[tuple[float, acks.Acks]] = []  # (deadline, request) waiting; loop thread
+        self._sweeping = False
         self._pending, self._take = acks.implementation()
         self.native_acks = self._pending is not acks.Pending  # for the start log line
         self._stop = threading.Event()
@@ -208,8 +214,33 @@ class Producer:
             self._settle([pending])
         return pending, busy
 
+    def watch(self, pending: acks.Acks, deadline: float) -> None:
+        """(Loop thread.) Expire ``pending`` at ``deadline`` (``time.monotonic()``) unless it is
+        settled by then; costs a list append (the sweep drops it once settled)."""
+        assert self._loop is not None
+        self._watched.append((deadline, pending))
+        if not self._sweeping:
+            self._sweeping = True
+            self._loop.call_later(SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        now = time.monotonic()
+        waiting = []
+        for deadline, pending in self._watched:
+            if pending.fut.done():
+                continue
+            if deadline <= now:
+                self.expire(pending)
+            else:
+                waiting.append((deadline, pending))
+        self._watched = waiting
+        if waiting and self._loop is not None:
+            self._loop.call_later(SWEEP_S, self._sweep)
+        else:
+            self._sweeping = False
+
     def expire(self, pending: acks.Acks) -> None:
-        """(Loop thread, at a request's deadline: the caller's timer.) Resolve its future to None:
+        """(Loop thread, at a request's deadline.) Resolve its future to None:
         the request is answered with the acknowledgements that came;
         its bytes stop counting (librdkafka still holds its records, bounded by
         ``queue.buffering.max.kbytes``, until they are acknowledged or time out)."""

@@ -7,12 +7,13 @@ Python (gateway/acks.py)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 import pytest
 from confluent_kafka import KafkaError
 
-from ferry.gateway.producer import Ack, Busy, Producer
+from ferry.gateway.producer import SWEEP_S, Ack, Busy, Producer
 from ferry.gateway.records import Outgoing
 from tests.integration.test_gateway import read
 from tests.support.kafka import create_topic
@@ -129,8 +130,10 @@ def test_a_request_past_its_deadline_is_answered_and_its_bytes_given_back() -> N
             record = rec("t", "k", b"v")
             pending, busy = producer.send_many([(record, "t", record.size)])
             assert busy is None and producer.in_flight_bytes == record.size
-            asyncio.get_running_loop().call_later(0.2, producer.expire, pending)
+            started = time.monotonic()
+            producer.watch(pending, started + 0.3)
             assert await asyncio.wait_for(pending.fut, 5) is None
+            assert 0.3 <= time.monotonic() - started < 0.3 + 2 * SWEEP_S
             assert producer.in_flight_bytes == 0 and list(pending.acks) == [None]
         finally:
             producer._p.purge()
