@@ -121,11 +121,11 @@ def test_a_record_too_large_is_refused_alone_and_the_others_are_written(kafka_bo
 
 def test_a_request_past_its_deadline_is_answered_and_its_bytes_given_back() -> None:
     async def run() -> None:
-        # No broker listens there: the record stays queued in librdkafka.
+        # No broker listens there, and nothing polls the producer: the record stays queued.
         producer = Producer(
             {"bootstrap.servers": "127.0.0.1:9"}, max_in_flight_bytes=1 << 20, produce_timeout_ms=60_000
         )
-        producer.start(asyncio.get_running_loop())
+        producer._loop = asyncio.get_running_loop()
         try:
             record = rec("t", "k", b"v")
             pending, busy = producer.send_many([(record, "t", record.size)])
