@@ -52,18 +52,6 @@ Slot_dealloc(Slot *self)
     PyObject_Free(self);
 }
 
-/* msg.<name>() or 0 when it returns None, as `msg.<name>() or 0` in the reference. */
-static PyObject *
-number_or_zero(PyObject *msg, PyObject *name)
-{
-    PyObject *x = PyObject_CallMethodNoArgs(msg, name);
-    if (x == Py_None) {
-        Py_DECREF(x);
-        return PyLong_FromLong(0);
-    }
-    return x;
-}
-
 static PyObject *
 Slot_call(Slot *self, PyObject *args, PyObject *kwargs)
 {
@@ -75,10 +63,12 @@ Slot_call(Slot *self, PyObject *args, PyObject *kwargs)
     if (!PyArg_UnpackTuple(args, "callback", 2, 2, &err, &msg))
         return NULL;
     Pending *p = self->pending;
-    PyObject *partition = number_or_zero(msg, s_partition);
+    /* As the message gives them, as in the reference: None stays None (an offset librdkafka did
+     * not learn: a retried write the broker had already taken). */
+    PyObject *partition = PyObject_CallMethodNoArgs(msg, s_partition);
     if (partition == NULL)
         return NULL;
-    PyObject *offset = number_or_zero(msg, s_offset);
+    PyObject *offset = PyObject_CallMethodNoArgs(msg, s_offset);
     if (offset == NULL) {
         Py_DECREF(partition);
         return NULL;

@@ -11,7 +11,8 @@ tests/unit/test_gateway_acks.py drives both through the same steps and requires 
 A :class:`Pending` is made with the request's record count and the producer's ``done`` list:
 
 - :meth:`Pending.batch` / :meth:`Pending.callback` give each queued record its callback (record
-  ``i``'s stores ``(err, partition, offset)`` in ``acks[i]``);
+  ``i``'s stores ``(err, partition, offset)`` in ``acks[i]``, as the message gives them: the
+  offset is None for a write the broker had already taken when librdkafka retried it);
 - :meth:`Pending.seal` is called once every record was offered to librdkafka, with how many it did
   not take (they will never be called back);
 - the callback that settles the last record of a sealed request appends the request to ``done``;
@@ -82,7 +83,7 @@ class Pending:
         return partial(self._ack, i)
 
     def _ack(self, i: int, err: Any, msg: Any) -> None:
-        self.acks[i] = (err, msg.partition() or 0, msg.offset() or 0)
+        self.acks[i] = (err, msg.partition(), msg.offset())
         with _lock:
             if err is not None:
                 self.failed += 1

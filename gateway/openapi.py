@@ -31,12 +31,21 @@ _RECORD = {
 }
 _RESULT = {
     "oneOf": [
-        {"type": "object", "properties": {"partition": {"type": "integer"}, "offset": {"type": "integer"}}},
+        {
+            "type": "object",
+            "properties": {
+                "partition": {"type": "integer"},
+                "offset": {
+                    "type": ["integer", "null"],
+                    "description": "null: written, at an offset Kafka did not report (a retried write it had taken)",
+                },
+            },
+        },
         {
             "type": "object",
             "properties": {
                 "scheduled": {"const": True},
-                "id": {"type": "string"},
+                "id": {"type": ["string", "null"]},
                 "deliver_at": {"type": "integer"},
             },
         },

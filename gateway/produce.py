@@ -5,7 +5,9 @@ with validated records (:mod:`ferry.gateway.records`). :func:`write` sends every
 request into the shared producer at once (librdkafka batches them with other requests' records)
 and waits for all acknowledgements, so the answer says, per record, exactly what happened:
 
-- ``{"partition", "offset"}`` — written and acknowledged by the brokers (``acks=all``);
+- ``{"partition", "offset"}`` — written and acknowledged by the brokers (``acks=all``); the offset
+  is None when librdkafka did not learn it (a write retried after a timeout that the broker had
+  already taken: ``DUPLICATE_SEQUENCE_NUMBER``, acknowledged without an offset);
 - ``{"scheduled": true, "id", "deliver_at"}`` — a delayed record, written to ``FERRY_DELAY_TOPIC``
   with ``ferry-deliver-at``, ``ferry-target-topic`` and, when the record names its partition,
   ``ferry-target-partition`` (docs/contract.md §10); the delay store
@@ -181,7 +183,9 @@ async def write(
             size_written += size
         else:
             due = dues[i]
-            results[i] = {"scheduled": True, "id": f"{delay_topic}/{ack[1]}/{ack[2]}", "deliver_at": due}
+            # An offset librdkafka did not learn (a retried write the broker had taken) is null.
+            ident = None if ack[2] is None else f"{delay_topic}/{ack[1]}/{ack[2]}"
+            results[i] = {"scheduled": True, "id": ident, "deliver_at": due}
             scheduled += 1
             size_written += size
     out.records, out.scheduled, out.failed, out.unknown, out.bytes = written, scheduled, failed, unknown, size_written

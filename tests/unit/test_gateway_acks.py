@@ -69,10 +69,15 @@ CASES: dict[str, tuple[int, list[tuple[Any, ...]], dict[str, Any]]] = {
         [("seal", 0), ("ack", 1, ERR, 4, -1001), ("ack", 0, None, 4, 9)],
         {"seal": [False], "done": 1, "acks": [(None, 4, 9), (ERR, 4, -1001)], "failed": 1, "left": 0},
     ),
-    "None partition and offset are 0": (
+    "None partition and offset stay None": (
         1,
         [("ack", 0, ERR, None, None), ("seal", 0)],
-        {"seal": [True], "done": [], "acks": [(ERR, 0, 0)], "failed": 1, "left": 0},
+        {"seal": [True], "done": [], "acks": [(ERR, None, None)], "failed": 1, "left": 0},
+    ),
+    "acknowledged at an unknown offset (a retried write the broker had): None, not 0": (
+        1,
+        [("ack", 0, None, 2, None), ("seal", 0)],
+        {"seal": [True], "done": [], "acks": [(None, 2, None)], "failed": 0, "left": 0},
     ),
     "nothing queued at all": (
         4,
