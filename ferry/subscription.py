@@ -21,6 +21,10 @@ from ferry.errors import ValidationError
 
 DEFAULT_CLUSTER = DEFAULT_KAFKA_CLUSTER
 """The Kafka cluster of ``FERRY_KAFKA_BOOTSTRAP`` (``default``)."""
+SOURCE_CLUSTER_HEADER = "ferry-source-cluster"
+"""On a dead letter or a record of a retry topic (which lives in ``default``): the Kafka cluster
+the record was first read in; absent for ``default`` (docs/zones.md). Written by the worker and
+the portal's redrive, read by the worker and the record trace."""
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 # Kafka's own rule for topic names.

@@ -24,7 +24,7 @@ from ferry.clock import now_ms
 from ferry.config import Settings
 from ferry.errors import FerryError
 from ferry.offsets import OffsetState, StateTable, encode_key, encode_value
-from ferry.subscription import DEFAULT_CLUSTER, INTERNAL_PREFIX, PartitionRef, Subscription
+from ferry.subscription import DEFAULT_CLUSTER, INTERNAL_PREFIX, SOURCE_CLUSTER_HEADER, PartitionRef, Subscription
 from ferry.zk import close_within, make_client
 from ferry.zk import start as zk_start
 
@@ -33,9 +33,6 @@ HINT_TIMEOUT_S = 3.0
 """A partition end read from a hint that gives nothing for this long is read from its beginning."""
 
 
-SOURCE_CLUSTER_HEADER = "ferry-source-cluster"
-"""On a dead letter or a retry-topic record: the Kafka cluster its record was first read in (absent:
-``default``), as the worker writes it (docs/zones.md)."""
 REDRIVE_MEMORY = 10_000
 """Redriven dead letters remembered per retry-topic partition (older ones could be redriven again)."""
 

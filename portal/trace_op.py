@@ -23,8 +23,8 @@ from typing import Any, cast
 
 from ferry import filters, trace
 from ferry.filters.attributes import RecordAttributes
-from ferry.portal.cluster import SOURCE_CLUSTER_HEADER, Cluster
-from ferry.subscription import DEFAULT_CLUSTER, PartitionRef, Subscription
+from ferry.portal.cluster import Cluster
+from ferry.subscription import DEFAULT_CLUSTER, SOURCE_CLUSTER_HEADER, PartitionRef, Subscription
 
 DLQ_LOOKUP = 10_000
 

@@ -2,12 +2,13 @@
 
 A dead-letter record keeps the source record's key, value and headers and adds ``ferry-error``,
 ``ferry-attempts``, ``ferry-source-topic``, ``ferry-source-partition`` and
-``ferry-source-offset`` (docs/contract.md §4), and ``ferry-source-cluster`` for a record of a
-Kafka cluster other than ``default`` (docs/zones.md). It goes to the dead-letter topic of the
-record's own cluster, also for a copy read from the retry topic (in ``default``). It is produced
-with the idempotent producer and the source record counts as acknowledged only once the broker
-confirmed the dead letter; if the produce fails, the record stays unacknowledged and is retried
-later (never silently dropped).
+``ferry-source-offset`` (docs/contract.md §4), ``ferry-source-cluster`` for a record of a Kafka
+cluster other than ``default`` (docs/zones.md), and ``ferry-source-timestamp`` (the record's
+timestamp, epoch ms: a redriven copy is pushed with it as ``ce-time``). It goes to the dead-letter
+topic of the record's own cluster, also for a copy read from the retry topic (in ``default``). It
+is produced with the idempotent producer and the source record counts as acknowledged only once
+the broker confirmed the dead letter; if the produce fails, the record stays unacknowledged and is
+retried later (never silently dropped).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ferry import kafka, log
-from ferry.subscription import DEFAULT_CLUSTER
+from ferry.subscription import DEFAULT_CLUSTER, SOURCE_CLUSTER_HEADER
 from ferry.worker.producer import AsyncProducer
 from ferry.worker.push import Record
 
@@ -29,7 +30,8 @@ SOURCE_HEADERS = (
     "ferry-source-topic",
     "ferry-source-partition",
     "ferry-source-offset",
-    "ferry-source-cluster",
+    SOURCE_CLUSTER_HEADER,
+    "ferry-source-timestamp",
     # A durable retry's routing (worker/durable_retry.py): not part of the record.
     "ferry-retry-attempts",
     "ferry-deliver-at",
@@ -44,8 +46,8 @@ def dead_letter_headers(
     source: tuple[bytes, bytes, bytes] | None = None,
     kafka_cluster: str = DEFAULT_CLUSTER,
 ) -> list[tuple[str, bytes | None]]:
-    """``source``: where the record was first read, when that is not where this copy was read (a
-    redriven or durably retried record, read from its subscription's retry topic);
+    """``record``: as first read (a record of a retry topic: :func:`ferry.worker.durable_retry.original`
+    of it). ``source``: where it was first read, when that is not the record's own place;
     ``kafka_cluster``: the Kafka cluster it was first read in."""
     # A redriven record already carries ferry-* headers from its first failure: replace them.
     own = [(k, v) for k, v in record.headers if k.lower() not in SOURCE_HEADERS]
@@ -58,7 +60,8 @@ def dead_letter_headers(
         ("ferry-source-topic", source[0]),
         ("ferry-source-partition", source[1]),
         ("ferry-source-offset", source[2]),
-        *([] if kafka_cluster == DEFAULT_CLUSTER else [("ferry-source-cluster", kafka_cluster.encode())]),
+        *([] if kafka_cluster == DEFAULT_CLUSTER else [(SOURCE_CLUSTER_HEADER, kafka_cluster.encode())]),
+        ("ferry-source-timestamp", str(record.timestamp_ms).encode()),
     ]
 
 

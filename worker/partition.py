@@ -230,18 +230,19 @@ class PartitionRunner:
         """Dead-letter ``record`` in its own Kafka cluster (:meth:`cluster_of`); returns once the
         broker confirmed it, trying again until then."""
         delay_s = 0.5
-        source = durable_retry.source_of(record) if record.topic == self.sub.retry_topic else None
         kafka_cluster = self.cluster_of(record)
+        if record.topic == self.sub.retry_topic:  # the dead letter names where it was first read
+            record = durable_retry.original(record, kafka_cluster).record
         elsewhere = kafka_cluster != self.ref.cluster and self.ctx.dead_letters_in is not None
         while True:
             try:
                 if elsewhere:
                     assert self.ctx.dead_letters_in is not None
                     async with self.ctx.dead_letters_in(kafka_cluster) as sink:
-                        await sink.send(self.sub.dead_letter_topic, record, reason, attempts, source, kafka_cluster)
+                        await sink.send(self.sub.dead_letter_topic, record, reason, attempts, None, kafka_cluster)
                 else:
                     await self.dead_letters.send(
-                        self.sub.dead_letter_topic, record, reason, attempts, source, kafka_cluster
+                        self.sub.dead_letter_topic, record, reason, attempts, None, kafka_cluster
                     )
                 return
             except ConfigError as exc:

@@ -103,17 +103,6 @@ def _header_value(raw: bytes) -> str:
     return quote(raw, safe="")
 
 
-def source_id(record: Record) -> str | None:
-    """A redriven dead letter's original ``ce-id`` (``<source topic>/<partition>/<offset>``, from
-    its ``ferry-source-*`` headers), so endpoints deduplicating on it see the same id again."""
-    topic, partition, offset = (record.header(f"ferry-source-{n}") for n in ("topic", "partition", "offset"))
-    if topic is None or partition is None or offset is None:
-        return None
-    return (
-        f"{topic.decode('utf-8', 'replace')}/{partition.decode('ascii', 'replace')}/{offset.decode('ascii', 'replace')}"
-    )
-
-
 def cloudevent_headers(
     record: Record, cluster: str, subscription: str, attempt: int, kafka_cluster: str = "default"
 ) -> dict[str, str]:
@@ -234,8 +223,6 @@ class PushClient:
                 key_line = self._key_lines[key] = b"\r\nce-partitionkey: " + quote(key, safe="").encode()
         offset = record.offset
         ce_id = f"{record.topic}/{record.partition}/{offset}"
-        if record.topic == sub.retry_topic:
-            ce_id = source_id(record) or ce_id
         return (
             found[1]
             + (

@@ -85,9 +85,15 @@ class SingleDelivery:
     async def _deliver(self, record: Record) -> None:
         port = self._port
         sub = port.sub
-        # A durable retry (read from the retry topic) counts on from the pushes already made.
-        attempt = durable_retry.prior_attempts(record) if record.topic == sub.retry_topic else 0
-        kafka_cluster = port.cluster_of(record)  # ce-kafkacluster: a retried copy keeps its first cluster
+        cluster = port.cluster_of(record)  # ce-kafkacluster: a retried copy keeps its first cluster
+        first = record
+        attempt = 0
+        retry_copy = record.topic == sub.retry_topic
+        if retry_copy:
+            # A durable retry or a redriven dead letter: pushed as the record was first read, and
+            # a durable retry counts on from the pushes already made.
+            first, cluster = durable_retry.original(record, cluster)
+            attempt = durable_retry.prior_attempts(record)
         dead = deferred = False
         live = port.live
         offset = record.offset
@@ -112,7 +118,7 @@ class SingleDelivery:
             at_send = await gate.acquire(port.ref) if gate is not None else 0
             started = time.monotonic()
             try:
-                result = await port.ctx.client.push(sub, record, attempt, kafka_cluster)
+                result = await port.ctx.client.push(sub, first, attempt, cluster)
             except BaseException:
                 if gate is not None:
                     gate.abandon()
@@ -135,7 +141,7 @@ class SingleDelivery:
                 dead = True
                 break
             last_status, last_error = status, (None if status is not None else result.error)
-            if sub.retry.mode == "durable" and await self._defer(record, attempt, decision.delay_s, kafka_cluster):
+            if sub.retry.mode == "durable" and await self._defer(first, cluster, attempt, decision.delay_s):
                 deferred = True  # it waits in the delay store: this copy is done
                 break
             live[offset] = (
@@ -159,10 +165,10 @@ class SingleDelivery:
         live.pop(offset, None)
         port.acknowledged(record, dead, deferred)
 
-    async def _defer(self, record: Record, attempts: int, delay_s: float, kafka_cluster: str) -> bool:
-        """Hand a record of ``kafka_cluster`` whose retry is due in ``delay_s`` to the delay store
-        (durable retries); False when it must wait in memory instead (no delay store, or the
-        broker refused it)."""
+    async def _defer(self, record: Record, cluster: str, attempts: int, delay_s: float) -> bool:
+        """Hand a record (as first read, from its Kafka cluster ``cluster``) whose retry is due in
+        ``delay_s`` to the delay store (durable retries); False when it must wait in memory
+        instead (no delay store, or the broker refused it)."""
         port = self._port
         deferrals = port.ctx.deferrals
         if deferrals is None:
@@ -176,7 +182,7 @@ class SingleDelivery:
             return False
         try:
             due_ms = int((port.ctx.wall_clock() + delay_s) * 1000)
-            await deferrals.send(port.sub, record, attempts, due_ms, kafka_cluster)
+            await deferrals.send(port.sub, record, attempts, due_ms, cluster)
         except ProduceFailed as exc:
             _log.error("retry.defer_failed", subscription=port.sub.name, offset=record.offset, error=str(exc))
             return False

@@ -12,15 +12,16 @@ from typing import Any
 
 import pytest
 
+from ferry import delay
 from ferry.errors import ValidationError
-from ferry.subscription import PartitionRef, Subscription, parse
+from ferry.subscription import SOURCE_CLUSTER_HEADER, PartitionRef, Subscription, parse
 from ferry.worker import durable_retry
 from ferry.worker.context import Context, Lease
 from ferry.worker.deadletter import dead_letter_headers
 from ferry.worker.metrics import WorkerMetrics
 from ferry.worker.partition import PartitionRunner
 from ferry.worker.producer import ProduceFailed
-from ferry.worker.push import Record
+from ferry.worker.push import Record, cloudevent_headers
 from tests.support.vtime import run
 from tests.unit.test_runner import DeadLetters, Endpoint
 
@@ -68,71 +69,125 @@ def test_the_document_shows_the_mode_only_when_durable() -> None:
 # --- headers ----------------------------------------------------------------------------------
 
 
-def rec(topic: str, offset: int, headers: list[tuple[str, bytes | None]]) -> Record:
-    return Record(topic, 2, offset, b"k", b"v", headers, 0)
+def rec(topic: str, offset: int, headers: list[tuple[str, bytes | None]], timestamp_ms: int = 0) -> Record:
+    return Record(topic, 2, offset, b"k", b"v", headers, timestamp_ms)
+
+
+FIRST = rec("t", 7, [("app", b"1"), ("ferry-deliver-at", b"99"), ("content-type", b"text/plain")], 1_700_000_000_123)
+"""A record as first read; its own ``ferry-deliver-at`` (the delay store delivered it) is its own."""
+
+
+def test_a_deferred_copy_is_ferrys_block_then_the_records_own_headers() -> None:
+    headers = durable_retry.deferred_headers(FIRST, "s.retry", 1, 5000)
+    assert headers == [
+        ("ferry-retry-attempts", b"1"),
+        ("ferry-deliver-at", b"5000"),
+        ("ferry-target-topic", b"s.retry"),
+        ("ferry-source-topic", b"t"),
+        ("ferry-source-partition", b"2"),
+        ("ferry-source-offset", b"7"),
+        ("ferry-source-timestamp", b"1700000000123"),
+        *FIRST.headers,
+    ]
+    # The delay store reads the first ferry-deliver-at / ferry-target-topic: the block's.
+    assert delay.parse_schedule(headers) == delay.Schedule(5000, "s.retry")
+    other = durable_retry.deferred_headers(FIRST, "s.retry", 1, 5000, "dc2")
+    assert other[6:8] == [("ferry-source-cluster", b"dc2"), ("ferry-source-timestamp", b"1700000000123")]
+
+
+def copy_of(first: Record, attempts: int, cluster: str = "default", offset: int = 0) -> Record:
+    """What the retry topic holds after the delay store delivered a deferred copy."""
+    headers = durable_retry.deferred_headers(first, "s.retry", attempts, 5000, cluster)
+    return Record("s.retry", 0, offset, first.key, first.value, headers, 1_800_000_000_000)
+
+
+REDRIVEN = rec(
+    "s.retry",
+    4,
+    [
+        ("app", b"1"),
+        ("ferry-error", b"endpoint answered 500"),
+        ("ferry-attempts", b"3"),
+        ("ferry-source-topic", b"t"),
+        ("ferry-source-partition", b"2"),
+        ("ferry-source-offset", b"7"),
+        ("ferry-source-timestamp", b"1700000000123"),
+        ("ferry-redriven-from", b"0/12"),
+    ],
+    1_800_000_000_000,
+)
+OLD_COPY = rec(  # a copy deferred before the block: own headers first, Ferry's after them
+    "s.retry",
+    5,
+    [
+        ("app", b"1"),
+        ("ferry-source-topic", b"t"),
+        ("ferry-source-partition", b"2"),
+        ("ferry-source-offset", b"7"),
+        ("ferry-retry-attempts", b"2"),
+        ("ferry-deliver-at", b"123"),
+        ("ferry-target-topic", b"s.retry"),
+    ],
+    1_800_000_000_000,
+)
 
 
 @pytest.mark.parametrize(
-    ("record", "source", "attempts_before"),
+    ("record", "first", "cluster", "attempts_before"),
     [
-        # Read from its own topic: the source is where it was read; no attempts before.
-        (rec("t", 7, [("app", b"1")]), (b"t", b"2", b"7"), 0),
-        # A copy in the retry topic: the first read's source stays, attempts count on.
+        # A durable retry: exactly the first read, its own headers byte for byte.
+        (copy_of(FIRST, 1), FIRST, "default", 1),
+        (copy_of(FIRST, 2, "dc2"), FIRST, "dc2", 2),
+        # Deferred again: the block is replaced, never doubled, and the own headers stay.
+        (copy_of(durable_retry.original(copy_of(FIRST, 1)).record, 2), FIRST, "default", 2),
+        # A redriven dead letter: Ferry's headers go wherever they are; attempts start over.
+        (REDRIVEN, rec("t", 7, [("app", b"1")], 1_700_000_000_123), "default", 0),
+        # A copy written before the block: no timestamp kept, the copy's own stands in.
+        (OLD_COPY, rec("t", 7, [("app", b"1")], 1_800_000_000_000), "default", 2),
+        # Without readable ferry-source-*: it keeps its place, Ferry's headers still go.
         (
-            rec(
-                "s.retry",
-                0,
-                [
-                    ("app", b"1"),
-                    ("ferry-source-topic", b"t"),
-                    ("ferry-source-partition", b"2"),
-                    ("ferry-source-offset", b"7"),
-                    ("ferry-retry-attempts", b"2"),
-                    ("ferry-deliver-at", b"123"),
-                    ("ferry-target-topic", b"s.retry"),
-                ],
-            ),
-            (b"t", b"2", b"7"),
-            2,
+            rec("s.retry", 4, [("ferry-retry-attempts", b"x"), ("app", b"1")], 5),
+            rec("s.retry", 4, [("app", b"1")], 5),
+            "default",
+            0,
         ),
-        # A copy without readable headers: counted from zero, its own place as source.
-        (rec("s.retry", 4, [("ferry-retry-attempts", b"x")]), (b"s.retry", b"2", b"4"), 0),
+        (
+            rec("s.retry", 4, [("ferry-source-topic", b"t"), ("ferry-source-offset", b"7")], 5),
+            rec("s.retry", 4, [], 5),
+            "default",
+            0,
+        ),
     ],
 )
-def test_a_deferred_copy_keeps_where_it_was_first_read(
-    record: Record, source: tuple[bytes, bytes, bytes], attempts_before: int
+def test_a_retry_topics_record_is_pushed_as_first_read(
+    record: Record, first: Record, cluster: str, attempts_before: int
 ) -> None:
+    assert durable_retry.original(record) == (first, cluster)
     assert durable_retry.prior_attempts(record) == attempts_before
-    headers = durable_retry.deferred_headers(record, "s.retry", attempts_before + 1, 5000)
-    names = [k for k, _ in headers]
-    assert len(names) == len(set(names))  # routing replaced, never doubled
-    found = dict(headers)
-    assert (found["ferry-source-topic"], found["ferry-source-partition"], found["ferry-source-offset"]) == source
-    assert found["ferry-retry-attempts"] == str(attempts_before + 1).encode()
-    assert found["ferry-deliver-at"] == b"5000" and found["ferry-target-topic"] == b"s.retry"
-    assert found.get("app", b"1") == b"1"
+
+
+def test_a_retried_push_has_the_first_pushs_headers_but_the_attempt() -> None:
+    first_push = cloudevent_headers(FIRST, "c", "s", 1)
+    assert first_push["ce-id"] == "t/2/7" and first_push["ce-time"] == "2023-11-14T22:13:20.123Z"
+    assert first_push["ferry-deliver-at"] == "99" and first_push["app"] == "1"
+    for copy in (copy_of(FIRST, 1), copy_of(FIRST, 4, offset=9)):
+        again = cloudevent_headers(durable_retry.original(copy).record, "c", "s", 2)
+        assert again == {**first_push, "ce-ferryattempt": "2"}
 
 
 def test_a_dead_letter_of_a_retried_copy_names_the_first_read_and_drops_the_routing() -> None:
-    copy = rec(
-        "s.retry",
-        0,
-        [
-            ("ferry-source-topic", b"t"),
-            ("ferry-source-partition", b"2"),
-            ("ferry-source-offset", b"7"),
-            ("ferry-retry-attempts", b"2"),
-            ("ferry-deliver-at", b"1"),
-            ("ferry-target-topic", b"s.retry"),
-        ],
-    )
-    headers = dict(dead_letter_headers(copy, "HTTP 503", 3, durable_retry.source_of(copy)))
-    assert (headers["ferry-source-topic"], headers["ferry-source-offset"], headers["ferry-attempts"]) == (
-        b"t",
-        b"7",
-        b"3",
-    )
-    assert not {"ferry-retry-attempts", "ferry-deliver-at", "ferry-target-topic"} & set(headers)
+    first = durable_retry.original(copy_of(FIRST, 2)).record
+    headers = dead_letter_headers(first, "HTTP 503", 3)
+    assert headers == [
+        ("app", b"1"),
+        ("content-type", b"text/plain"),
+        ("ferry-error", b"HTTP 503"),
+        ("ferry-attempts", b"3"),
+        ("ferry-source-topic", b"t"),
+        ("ferry-source-partition", b"2"),
+        ("ferry-source-offset", b"7"),
+        ("ferry-source-timestamp", b"1700000000123"),
+    ]
 
 
 # --- the runner in virtual time -----------------------------------------------------------------
@@ -219,10 +274,11 @@ def test_a_failing_record_leaves_the_window_and_counts_on_in_the_retry_topic() -
     assert out["committed"] == 3 and out["source"] == (2, 1, 0)
     # b: attempt 1 failed → deferred with 1 attempt; attempt 2 (from the retry topic) failed →
     # deferred with 2; attempt 3 delivered. Each wait is the policy's back-off (≤ its cap).
-    assert [(o, a) for _, o, a, _ in store.sent] == [(1, 1), (0, 2)]
+    # Both copies name where b was first read: t/0/1.
+    assert [(o, a) for _, o, a, _ in store.sent] == [(1, 1), (1, 2)]
     assert all(0 <= due <= cap for (_, _, _, due), cap in zip(store.sent, (1000, 2000), strict=True))
     b = [(topic_offset, attempt) for _, k, topic_offset, attempt in endpoint.pushes if k == "b"]
-    assert [a for _, a in b] == [1, 2, 3]
+    assert b == [(1, 1), (1, 2), (1, 3)]  # every push of b as first read: offset 1 of t
     assert out["retry"] == (1, 1, 0) and out["dead"].sent == []
 
 
@@ -230,7 +286,7 @@ def test_attempts_run_out_across_copies_then_dead_letter() -> None:
     store = Store()
     out = durable_run(["x"], {"x": [503] * 10}, store, rounds=2)
     assert [a for _, _, a, _ in store.sent] == [1, 2]
-    assert [a for _, _, a in out["dead"].sent] == [3]  # max_attempts 3, in all
+    assert out["dead"].sent[0][0::2] == (0, 3)  # t/0/0's dead letter; max_attempts 3, in all
     assert out["retry"] == (0, 1, 1)
 
 
@@ -250,7 +306,7 @@ def test_a_retried_copy_of_another_clusters_record_keeps_its_cluster_and_dead_le
     letter goes to dc2's dead-letter topic, not to default's."""
     store, sinks = Store(), Sinks()
     out = durable_run(["x"], {"x": [503] * 10}, store, rounds=2, kafka_cluster="dc2", sinks=sinks)
-    assert [dict(c.headers)[durable_retry.CLUSTER_HEADER] for c in store.copies] == [b"dc2", b"dc2"]
+    assert [dict(c.headers)[SOURCE_CLUSTER_HEADER] for c in store.copies] == [b"dc2", b"dc2"]
     assert out["endpoint"].kafka_clusters == ["dc2", "dc2", "dc2"]
     assert out["dead"].sent == []  # nothing in default's dead-letter topic
     assert [a for _, _, a in sinks.sinks["dc2"].sent] == [3] and sinks.sinks["dc2"].kafka_clusters == ["dc2"]
@@ -259,7 +315,7 @@ def test_a_retried_copy_of_another_clusters_record_keeps_its_cluster_and_dead_le
 def test_the_default_clusters_copies_look_as_before() -> None:
     store, sinks = Store(), Sinks()
     out = durable_run(["x"], {"x": [503] * 10}, store, rounds=2, sinks=sinks)
-    assert all(durable_retry.CLUSTER_HEADER not in dict(c.headers) for c in store.copies)
+    assert all(SOURCE_CLUSTER_HEADER not in dict(c.headers) for c in store.copies)
     assert out["endpoint"].kafka_clusters == ["default"] * 3
     assert [a for _, _, a in out["dead"].sent] == [3] and sinks.sinks == {}
 
@@ -275,12 +331,12 @@ def test_the_default_clusters_copies_look_as_before() -> None:
     ],
 )
 def test_the_source_cluster_of_a_copy(value: bytes | None, cluster: str) -> None:
-    headers = [] if value is None else [(durable_retry.CLUSTER_HEADER, value)]
+    headers = [] if value is None else [(SOURCE_CLUSTER_HEADER, value)]
     assert durable_retry.source_cluster(rec("s.retry", 0, headers)) == cluster
 
 
 def test_a_dead_letter_names_a_cluster_other_than_default_once() -> None:
-    copy = rec("s.retry", 0, [(durable_retry.CLUSTER_HEADER, b"dc2"), ("app", b"1")])
+    copy = rec("s.retry", 0, [(SOURCE_CLUSTER_HEADER, b"dc2"), ("app", b"1")])
     headers = dead_letter_headers(copy, "HTTP 400", 1, None, "dc2")
-    assert [v for k, v in headers if k == durable_retry.CLUSTER_HEADER] == [b"dc2"]
-    assert durable_retry.CLUSTER_HEADER not in dict(dead_letter_headers(rec("t", 0, []), "HTTP 400", 1))
+    assert [v for k, v in headers if k == SOURCE_CLUSTER_HEADER] == [b"dc2"]
+    assert SOURCE_CLUSTER_HEADER not in dict(dead_letter_headers(rec("t", 0, []), "HTTP 400", 1))
