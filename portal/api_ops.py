@@ -39,7 +39,8 @@ async def status(request: web.Request) -> web.Response:
         refs = request.app[OPS].partitions(sub, unreachable)
         live = cluster.worker_stats()
         states: dict[PartitionRef, OffsetState | None] = {}
-        rows = []
+        rows: list[dict[str, Any]] = []
+        retried_from: list[tuple[dict[str, Any], list[Any]]] = []
         for ref in refs:
             owner = cluster.owner(ref)
             st = live.get(ref)
@@ -79,6 +80,9 @@ async def status(request: web.Request) -> web.Response:
             )
             if sub.retry.mode == "durable":  # records handed to the delay store to wait for a retry
                 rows[-1]["deferred"] = (st or {}).get("deferred", 0)
+            for entry in (st or {}).get("sources") or ():
+                retried_from.append((rows[-1], entry))
+        fold_sources(rows, retried_from)
         return rows
 
     rows = await asyncio.to_thread(gather)
@@ -92,6 +96,30 @@ async def status(request: web.Request) -> web.Response:
     if warnings:
         answer["warnings"] = warnings
     return web.json_response(answer)
+
+
+_SOURCE_COUNTS = ("delivered", "retried", "dead_lettered", "deferred")
+
+
+def fold_sources(rows: list[dict[str, Any]], retried_from: list[tuple[dict[str, Any], list[Any]]]) -> None:
+    """Move what a retry topic's partition counted for records first read elsewhere (its
+    ``sources``: ``[topic, partition, cluster, delivered, retried, dead_lettered, deferred]``)
+    from its row to the row of the partition each was first read from, where a user looks for
+    them. Counts of a partition without a row here (a topic no longer subscribed) stay put."""
+    by_place = {(r["topic"], r["partition"], r["cluster"]): r for r in rows}
+    for retry_row, entry in retried_from:
+        try:
+            topic, partition, cluster, *counts = entry
+            target = by_place.get((topic, int(partition), cluster))
+        except (TypeError, ValueError):
+            continue
+        if target is None or target is retry_row:
+            continue
+        for name, n in zip(_SOURCE_COUNTS, counts, strict=False):
+            if not isinstance(n, int) or name not in target:
+                continue
+            target[name] += n
+            retry_row[name] = max(0, retry_row[name] - n)
 
 
 def _adaptive(cluster: Any, sub: Subscription) -> dict[str, Any]:

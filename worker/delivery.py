@@ -51,6 +51,10 @@ class DeliveryPort(Protocol):
     def start_task(self, work: Coroutine[Any, Any, None]) -> None:
         """Run ``work`` as one of the partition's tasks (drained on release, cancelled on fence)."""
 
+    def count_source(self, first: Record, cluster: str, counts: tuple[int, int, int, int]) -> None:
+        """A retry topic's record, first read as ``first`` in ``cluster``: [delivered, retried,
+        dead_lettered, deferred] to show on that partition's status row."""
+
     def acknowledged(self, record: Record, dead: bool, deferred: bool = False) -> None:
         """One record is settled: pushed, dead-lettered (``dead``) or handed to the delay store."""
 

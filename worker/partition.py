@@ -49,6 +49,9 @@ _size = attrgetter("size")
 LIVE_SHOWN = 200
 """Records being pushed that a partition's stats list for the record trace (lowest offsets first)."""
 
+SOURCES_SHOWN = 1000
+"""Source partitions a retry topic's partition counts for (more stay on its own row)."""
+
 STALL_LOG_S = 60.0
 """A watermark held this long is logged (once, and once more when it moves again)."""
 
@@ -87,6 +90,10 @@ class PartitionRunner:
         self.high_watermark: int | None = None
         self.buffered_bytes = 0
         self.delivered = self.retried = self.dead_lettered = self.filtered = self.deferred = 0
+        self.by_source: dict[tuple[str, int, str], list[int]] = {}
+        """A retry topic's counts by where its records were first read: (topic, partition,
+        Kafka cluster) → [delivered, retried, dead_lettered, deferred], included in the counters
+        above; the status shows them on those partitions' rows."""
         # What the record trace shows of records being pushed: offset → (state, attempts, last
         # status, last error, next attempt at epoch ms).
         self.live: dict[int, tuple[str, int, int | None, str | None, int | None]] = {}
@@ -270,6 +277,17 @@ class PartitionRunner:
                 await asyncio.sleep(delay_s)
                 delay_s = min(delay_s * 2, 30)
 
+    def count_source(self, first: Record, cluster: str, counts: tuple[int, int, int, int]) -> None:
+        """Counts of a record of the retry topic, for the row of where it was first read."""
+        key = (first.topic, first.partition, cluster)
+        found = self.by_source.get(key)
+        if found is None:
+            if len(self.by_source) >= SOURCES_SHOWN:
+                return  # left on the retry topic's own row
+            found = self.by_source[key] = [0, 0, 0, 0]
+        for i, n in enumerate(counts):
+            found[i] += n
+
     def acknowledged(self, record: Record, dead: bool, deferred: bool = False) -> None:
         assert self.merge is not None
         self.merge.ack(record.offset)
@@ -393,4 +411,5 @@ class PartitionRunner:
             "filter_errors": self.admission.errors,
             "filter": self.admission.document,
             "live": [[o, *v] for o, v in sorted(self.live.items())[:LIVE_SHOWN]],
+            **({"sources": [[*k, *v] for k, v in self.by_source.items()]} if self.by_source else {}),
         }

@@ -114,6 +114,8 @@ class SingleDelivery:
             live[offset] = ("in_flight", attempt, last_status, last_error, None)
             if attempt > 1:
                 count_again(port, 1)
+                if retry_copy:
+                    port.count_source(first, cluster, (0, 1, 0, 0))
             gate = port.ctx.gates.for_subscription(sub)
             at_send = await gate.acquire(port.ref) if gate is not None else 0
             started = time.monotonic()
@@ -163,6 +165,8 @@ class SingleDelivery:
             )
             await asyncio.sleep(decision.delay_s)
         live.pop(offset, None)
+        if retry_copy:
+            port.count_source(first, cluster, (int(not (dead or deferred)), 0, int(dead), int(deferred)))
         port.acknowledged(record, dead, deferred)
 
     async def _defer(self, record: Record, cluster: str, attempts: int, delay_s: float) -> bool:

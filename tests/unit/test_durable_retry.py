@@ -14,6 +14,7 @@ import pytest
 
 from ferry import delay
 from ferry.errors import ValidationError
+from ferry.portal.api_ops import fold_sources
 from ferry.subscription import SOURCE_CLUSTER_HEADER, PartitionRef, Subscription, parse
 from ferry.worker import durable_retry
 from ferry.worker.context import Context, Lease
@@ -261,6 +262,8 @@ def durable_run(
             fed += len(batch)
             await settle(retry, fed)
         out["retry"] = (retry.delivered, retry.deferred, retry.dead_lettered)
+        out["by_source"] = retry.by_source
+        out["retry_stats"] = retry.stats()
 
     run(main())
     return out
@@ -280,6 +283,10 @@ def test_a_failing_record_leaves_the_window_and_counts_on_in_the_retry_topic() -
     b = [(topic_offset, attempt) for _, k, topic_offset, attempt in endpoint.pushes if k == "b"]
     assert b == [(1, 1), (1, 2), (1, 3)]  # every push of b as first read: offset 1 of t
     assert out["retry"] == (1, 1, 0) and out["dead"].sent == []
+    # The retry topic's counts, by where the records were first read: [delivered, retried,
+    # dead_lettered, deferred] (the status shows them on that partition's row).
+    assert out["by_source"] == {("t", 0, "default"): [1, 2, 0, 1]}
+    assert out["retry_stats"]["sources"] == [["t", 0, "default", 1, 2, 0, 1]]
 
 
 def test_attempts_run_out_across_copies_then_dead_letter() -> None:
@@ -288,6 +295,7 @@ def test_attempts_run_out_across_copies_then_dead_letter() -> None:
     assert [a for _, _, a, _ in store.sent] == [1, 2]
     assert out["dead"].sent[0][0::2] == (0, 3)  # t/0/0's dead letter; max_attempts 3, in all
     assert out["retry"] == (0, 1, 1)
+    assert out["by_source"] == {("t", 0, "default"): [0, 2, 1, 1]}
 
 
 def test_when_the_delay_store_refuses_the_record_waits_in_memory() -> None:
@@ -310,6 +318,7 @@ def test_a_retried_copy_of_another_clusters_record_keeps_its_cluster_and_dead_le
     assert out["endpoint"].kafka_clusters == ["dc2", "dc2", "dc2"]
     assert out["dead"].sent == []  # nothing in default's dead-letter topic
     assert [a for _, _, a in sinks.sinks["dc2"].sent] == [3] and sinks.sinks["dc2"].kafka_clusters == ["dc2"]
+    assert out["by_source"] == {("t", 0, "dc2"): [0, 2, 1, 1]}  # shown on dc2's row of t/0
 
 
 def test_the_default_clusters_copies_look_as_before() -> None:
@@ -340,3 +349,56 @@ def test_a_dead_letter_names_a_cluster_other_than_default_once() -> None:
     headers = dead_letter_headers(copy, "HTTP 400", 1, None, "dc2")
     assert [v for k, v in headers if k == SOURCE_CLUSTER_HEADER] == [b"dc2"]
     assert SOURCE_CLUSTER_HEADER not in dict(dead_letter_headers(rec("t", 0, []), "HTTP 400", 1))
+
+
+# --- the status ------------------------------------------------------------------------------
+
+
+def row(
+    topic: str, partition: int, delivered: int, retried: int, dead: int, cluster: str = "default"
+) -> dict[str, Any]:
+    return {
+        "topic": topic,
+        "partition": partition,
+        "cluster": cluster,
+        "delivered": delivered,
+        "retried": retried,
+        "dead_lettered": dead,
+        "deferred": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        # Counts of records first read in t/0 and t/1 move to those rows.
+        (
+            [["t", 0, "default", 1, 2, 0, 1], ["t", 1, "default", 0, 2, 1, 1]],
+            [(6, 2, 0, 1), (0, 2, 1, 1), (0, 0, 0, 0)],
+        ),
+        # A source without a row here (topic no longer subscribed, other cluster) stays put.
+        ([["gone", 0, "default", 1, 2, 0, 0], ["t", 0, "dc2", 1, 2, 0, 0]], [(5, 0, 0, 0), (0, 0, 0, 0), (1, 4, 1, 2)]),
+        # Malformed entries are ignored.
+        ([["t"], ["t", "x", "default", 1, 1, 1, 1], None], [(5, 0, 0, 0), (0, 0, 0, 0), (1, 4, 1, 2)]),
+    ],
+)
+def test_the_status_shows_a_retry_topics_counts_on_the_rows_first_read(
+    sources: list[Any], expected: list[tuple[int, int, int, int]]
+) -> None:
+    rows = [row("t", 0, 5, 0, 0), row("t", 1, 0, 0, 0), row("s.retry", 0, 1, 4, 1)]
+    rows[2]["deferred"] = 2
+    fold_sources(rows, [(rows[2], e) for e in sources])
+    assert [(r["delivered"], r["retried"], r["dead_lettered"], r["deferred"]) for r in rows] == expected
+
+
+def test_another_clusters_counts_go_to_that_clusters_row() -> None:
+    """A dc2 record retried through the retry topic (in default) is counted on dc2's row of its
+    partition, not on default's row of the same topic and partition."""
+    rows = [row("t", 0, 5, 0, 0), row("t", 0, 0, 0, 0, "dc2"), row("s.retry", 0, 1, 4, 1)]
+    rows[2]["deferred"] = 2
+    fold_sources(rows, [(rows[2], ["t", 0, "dc2", 1, 2, 0, 1])])
+    assert [(r["delivered"], r["retried"], r["dead_lettered"], r["deferred"]) for r in rows] == [
+        (5, 0, 0, 0),
+        (1, 2, 0, 1),
+        (0, 2, 1, 1),
+    ]
