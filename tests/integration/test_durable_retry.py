@@ -1,25 +1,36 @@
 """Durable retries on a real cluster (ZooKeeper, broker, coordinator, workers with the delay store):
 a record the endpoint refuses leaves its partition at once — the partition's committed offset
-passes it while it waits — and comes back from the delay store through ``<name>.retry`` with its
-``ce-id`` unchanged and ``ce-ferryattempt`` counting on; one that never succeeds is dead-lettered
-after ``max_attempts`` pushes in all, its dead letter naming where it was first read."""
+passes it while it waits — and comes back from the delay store through ``<name>.retry``, pushed
+exactly as the first time (the same headers, none of Ferry's own) but for ``ce-ferryattempt``
+counting on; one that never succeeds is dead-lettered after ``max_attempts`` pushes in all, its
+dead letter naming where it was first read. The status counts all of it on the source partition's
+row."""
 
 from __future__ import annotations
 
 import secrets
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from ferry import kafka
+from ferry.devstack import embedded
 from ferry.subscription import PartitionRef
+from ferry.worker.push import rfc3339_ms
 from tests.support.cluster import Cluster, internal_work_env
 from tests.support.endpoint import EndpointRecorder, Received, Reply
 from tests.support.kafka import create_topic, offset_states, produce
 from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
+ADMIN = "durable-admin-token"
+OWN_HEADERS = [("app", b"v1"), ("content-type", b"text/plain"), ("ferry-deliver-at", b"99")]
+"""Every record's own headers: its ``ferry-deliver-at`` is its own (the delay store delivers records
+with one), not Ferry's routing of a retry, and must reach the endpoint on every attempt."""
+TRANSPORT = {"host", "content-length"}
 
 
 @pytest.fixture()
@@ -28,6 +39,41 @@ def own(tmp_path: Path, zk_connect: str, kafka_bootstrap: str):  # type: ignore[
     c.coordinator("coord")
     yield c
     c.close()
+
+
+def portal(c: Cluster) -> httpx.Client:
+    """A portal over the cluster's ZooKeeper, database and broker, and a client of its API."""
+    port = embedded.free_port()
+    env = {**c.env, "FERRY_PORTAL_PORT": str(port), "FERRY_ADMIN_TOKEN": ADMIN}
+    c.processes.append(embedded.python_module("portal", ["portal"], c.tmp / "portal.log", env=env).start())
+    until(lambda: embedded.port_open(port), timeout_s=30, what="the portal listening")
+    return httpx.Client(
+        base_url=f"http://127.0.0.1:{port}/api/v1", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30
+    )
+
+
+def first_push(c: Cluster, sub: str, topic: str, offset: int, timestamp_ms: int) -> dict[str, str]:
+    """Exactly the headers docs/contract.md §4 gives the first push of record ``offset`` (key
+    ``k<offset>``, partition 0, :data:`OWN_HEADERS`)."""
+    return {
+        "app": "v1",
+        "ferry-deliver-at": "99",
+        "content-type": "text/plain",
+        "ce-specversion": "1.0",
+        "ce-id": f"{topic}/0/{offset}",
+        "ce-source": f"/ferry/{c.name}/{sub}",
+        "ce-type": "dev.ferry.kafka.record",
+        "ce-time": rfc3339_ms(timestamp_ms),
+        "ce-kafkatopic": topic,
+        "ce-kafkapartition": "0",
+        "ce-kafkaoffset": str(offset),
+        "ce-partitionkey": f"k{offset}",
+        "ce-ferryattempt": "1",
+    }
+
+
+def pushed(r: Received) -> dict[str, str]:
+    return {k: v for k, v in r.headers.items() if k not in TRANSPORT}
 
 
 def test_refused_records_wait_in_the_delay_store_and_count_on(
@@ -57,7 +103,14 @@ def test_refused_records_wait_in_the_delay_store_and_count_on(
         }
     )
     values = ["ok0", "flaky1", "ok2", "never", "ok4", "flaky5", "ok6"]
-    produce(kafka_bootstrap, topic_name, [(f"k{i}".encode(), v.encode(), 0) for i, v in enumerate(values)])
+    produce(
+        kafka_bootstrap,
+        topic_name,
+        [(f"k{i}".encode(), v.encode(), 0) for i, v in enumerate(values)],
+        headers=OWN_HEADERS,
+    )
+    timestamps: list[int] = []
+    kafka.read_to_end({"bootstrap.servers": kafka_bootstrap}, topic_name, lambda m: timestamps.append(m.timestamp()[1]))
 
     # Every record was pushed once; the refused ones wait in the delay store, so the partition's
     # committed offset passes them while their retries are still pending (each waits a jittered
@@ -84,6 +137,13 @@ def test_refused_records_wait_in_the_delay_store_and_count_on(
     for i, v in enumerate(values):
         assert ids[v] == {f"{topic_name}/0/{i}"}, v  # the same ce-id on every attempt
         assert pushes[v] == ([1] if v.startswith("ok") else [1, 2, 3])
+    # Every push, the retries from <sub>.retry included, is exactly the record's first push but
+    # for ce-ferryattempt: its own topic, partition, offset and time, its own headers, and none of
+    # Ferry's (ferry-source-*, ferry-retry-attempts, ferry-target-topic, its ferry-deliver-at).
+    for r in endpoint.received:
+        i = values.index(r.body.decode())
+        expected = first_push(own, sub, topic_name, i, timestamps[i])
+        assert pushed(r) == {**expected, "ce-ferryattempt": str(r.attempt)}, (values[i], r.attempt)
 
     def dead_letters() -> list:  # type: ignore[type-arg]
         got: list = []  # type: ignore[type-arg]
@@ -97,3 +157,21 @@ def test_refused_records_wait_in_the_delay_store_and_count_on(
     assert headers["ferry-attempts"] == b"3"
     assert not {"ferry-retry-attempts", "ferry-deliver-at", "ferry-target-topic"} & set(headers)
     assert len(endpoint.received) == 4 + 3 * 3  # nothing pushed more often than its attempts
+
+    # The status counts the retries and the dead letter on the row of the partition the records
+    # were read from; the retry topic's rows keep only that topic's offsets and lag.
+    def counts(row: dict[str, Any]) -> tuple[int, int, int, int]:
+        return (row["delivered"], row["retried"], row["dead_lettered"], row["deferred"])
+
+    def settled_rows() -> list[dict[str, Any]] | None:
+        rows = api.get(f"/subscriptions/{sub}/status").json()["partitions"]
+        source_rows = [r for r in rows if r["topic"] == topic_name]
+        return rows if source_rows and counts(source_rows[0]) == (6, 6, 1, 6) else None
+
+    with portal(own) as api:
+        rows = until(settled_rows, timeout_s=30, what="the status's counts on the source row")
+    # 7 records: 6 delivered (2 flaky ones on their third push), 1 dead-lettered; 6 retries (two
+    # per refused record); 6 deferrals (each refused record after its first and its second push).
+    retry_rows = [r for r in rows if r["topic"] == f"{sub}.retry"]
+    assert retry_rows and all(counts(r) == (0, 0, 0, 0) for r in retry_rows), rows
+    assert all(r["lag"] == 0 for r in retry_rows), rows
