@@ -5,7 +5,9 @@ from four things it has anyway (docs/contract.md §12):
 
 - the partition's merged offset state (``committed`` + acked ranges): acknowledged or not;
 - the owning worker's live window, if it holds the record: in flight, or waiting for a retry, with
-  its attempts, last answer and next attempt;
+  its attempts, last answer and next attempt; for a record acknowledged in its partition but not
+  done (a durable retry waiting in the delay store, a record of the retry topic being pushed),
+  what the worker holding it says;
 - the dead-letter topic, for an acknowledged record: was it acknowledged by being dead-lettered;
 - the subscription's filter, for an acknowledged record: was it acknowledged without a push;
 - the log's start and end: is the offset in the log at all.
@@ -66,12 +68,15 @@ def decide(
     acked: Sequence[Sequence[int]] = (),
     worker: str | None = None,
     live: Live | None = None,
+    retrying: Live | None = None,
+    retrying_worker: str | None = None,
     dead_letter: DeadLetter | None = None,
     filtered: bool = False,
 ) -> dict[str, Any]:
     """The answer of ``GET …/records/{topic}/{partition}/{offset}``; fields that do not apply are
     None. ``filtered``: the subscription's filter rejects this record (the caller evaluates it
-    only for an acknowledged record it could read)."""
+    only for an acknowledged record it could read). ``retrying``: an acknowledged record that is
+    not done (a durable retry, a redriven dead letter), as ``retrying_worker`` holds it."""
     answer: dict[str, Any] = {
         "topic": topic,
         "partition": partition,
@@ -87,7 +92,16 @@ def decide(
     if offset < log_start or offset >= log_end:
         state = "not_in_log"
     elif acknowledged(offset, committed, acked):
-        if dead_letter is not None:
+        if retrying is not None:
+            state = retrying.state
+            answer.update(
+                attempts=retrying.attempts,
+                last_status=retrying.last_status,
+                last_error=retrying.last_error,
+                worker=retrying_worker,
+                next_attempt_at=retrying.next_attempt_at if retrying.state == "waiting_retry" else None,
+            )
+        elif dead_letter is not None:
             state = "dead_lettered"
             answer.update(
                 attempts=dead_letter.attempts, last_error=dead_letter.error, last_status=_status_in(dead_letter.error)

@@ -7,7 +7,9 @@ Use case: ``GET /api/v1/subscriptions/{name}/records/{topic}/{partition}/{offset
 - the log's start and end (one short read each, never a scan from the start);
 - the partition's merged offset state from the offsets topic (read incrementally by the portal);
 - the owning worker's published stats: which records it is pushing, their attempts, last answer
-  and next attempt (refreshed every second);
+  and next attempt (refreshed every second); for an acknowledged record, every worker's
+  ``retrying`` of the subscription: a durable retry waiting in the delay store, or a record of
+  the retry topic being pushed, named by where it was first read;
 - for an acknowledged record, a bounded dead-letter lookup: the last :data:`DLQ_LOOKUP` dead
   letters of each dead-letter partition are searched for the record's ``ferry-source-*`` headers
   (an older dead letter shows as ``delivered``);
@@ -39,7 +41,8 @@ def trace_record(
     state = cluster.offset_states([ref]).get(ref)
     committed = state.committed if state is not None else None
     acked = [list(r) for r in state.acked] if state is not None else []
-    stats = cluster.worker_stats().get(ref)
+    every = cluster.worker_stats()
+    stats = every.get(ref)
     worker = stats.get("worker") if stats else None
     live = None
     for entry in (stats or {}).get("live", []):
@@ -48,8 +51,10 @@ def trace_record(
             break
     dead = None
     filtered = False
+    retrying, retrying_worker = None, None
     if log_start <= offset < log_end and trace.acknowledged(offset, committed, acked):
-        dead = _dead_letter(cluster, sub, topic, partition, offset, kafka_cluster)
+        retrying, retrying_worker = retrying_of(every, ref, offset)
+        dead = _dead_letter(cluster, sub, topic, partition, offset, kafka_cluster) if retrying is None else None
         if dead is None and sub.filter is not None:
             filtered = _filtered(cluster, sub, topic, partition, offset)
     answer = trace.decide(
@@ -62,10 +67,33 @@ def trace_record(
         acked=acked,
         worker=cast(str | None, worker),
         live=live,
+        retrying=retrying,
+        retrying_worker=retrying_worker,
         dead_letter=dead,
         filtered=filtered,
     )
     return {**answer, "cluster": kafka_cluster}
+
+
+def retrying_of(
+    every: dict[PartitionRef, dict[str, Any]], ref: PartitionRef, offset: int
+) -> tuple[trace.Live | None, str | None]:
+    """What the workers' ``retrying`` say of the record at ``offset`` of ``ref`` (a partition's
+    stats list those of its subscription by where they were first read), the latest if several
+    workers have a word (a wait not yet over where it was deferred, the push of its retry)."""
+    want = [ref.topic, ref.partition, offset, ref.cluster]
+    best: tuple[trace.Live, str | None] | None = None
+    for where, stats in every.items():
+        if where.subscription != ref.subscription:
+            continue
+        for entry in stats.get("retrying") or ():
+            if list(entry[:4]) != want:
+                continue
+            found = trace.Live(entry[4], entry[5], entry[6], entry[7], entry[8])
+            # The latest: the most pushes; a wait after push n is later than push n in flight.
+            if best is None or (found.attempts, found.state) > (best[0].attempts, best[0].state):
+                best = (found, cast(str | None, stats.get("worker")))
+    return best if best is not None else (None, None)
 
 
 def _dead_letter(

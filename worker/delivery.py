@@ -40,6 +40,8 @@ class DeliveryPort(Protocol):
     policy: RetryPolicy
     live: dict[int, tuple[str, int, int | None, str | None, int | None]]
     """What the record trace shows of records being pushed, by offset."""
+    retrying: dict[tuple[str, int, int, str], tuple[str, int, int | None, str | None, int | None]]
+    """The same for durable retries and the retry topic's records, by where each was first read."""
     retried: int
     deferred: int
     m_retried: Any

@@ -97,6 +97,10 @@ class PartitionRunner:
         # What the record trace shows of records being pushed: offset → (state, attempts, last
         # status, last error, next attempt at epoch ms).
         self.live: dict[int, tuple[str, int, int | None, str | None, int | None]] = {}
+        self.retrying: dict[tuple[str, int, int, str], tuple[str, int, int | None, str | None, int | None]] = {}
+        """The same for records acknowledged in the partition they were first read from, by that
+        place (topic, partition, offset, Kafka cluster): a durable retry waiting in the delay
+        store until its next attempt, and a record of the retry topic being pushed."""
         self.dirty = False
         self.closing = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -386,6 +390,17 @@ class PartitionRunner:
             _log.info("partition.watermark_moving", key=self.ref.label(), committed=committed, held_s=held_s)
         return self._stall.held_s
 
+    def _retrying(self) -> list[list[Any]]:
+        """:attr:`retrying` for the stats, without waits that are over (the retry topic's owner
+        shows the record from then on), at most :data:`LIVE_SHOWN` of them."""
+        now = now_ms()
+        over = [k for k, v in self.retrying.items() if v[0] == "waiting_retry" and (v[4] or 0) <= now]
+        for k in over:
+            del self.retrying[k]
+        while len(self.retrying) > LIVE_SHOWN:
+            del self.retrying[next(iter(self.retrying))]
+        return [[*k, *v] for k, v in self.retrying.items()]
+
     def stats(self) -> dict[str, Any]:
         committed = self.merge.committed if self.merge is not None else None
         hw = self.high_watermark
@@ -411,5 +426,6 @@ class PartitionRunner:
             "filter_errors": self.admission.errors,
             "filter": self.admission.document,
             "live": [[o, *v] for o, v in sorted(self.live.items())[:LIVE_SHOWN]],
+            **({"retrying": self._retrying()} if self.retrying else {}),
             **({"sources": [[*k, *v] for k, v in self.by_source.items()]} if self.by_source else {}),
         }

@@ -94,6 +94,8 @@ class SingleDelivery:
             # a durable retry counts on from the pushes already made.
             first, cluster = durable_retry.original(record, cluster)
             attempt = durable_retry.prior_attempts(record)
+        # Where the record trace looks for it (a durable retry, a retry topic's record).
+        where = (first.topic, first.partition, first.offset, cluster) if retry_copy else None
         dead = deferred = False
         live = port.live
         offset = record.offset
@@ -112,6 +114,8 @@ class SingleDelivery:
             sub = port.sub  # a change applies from the next push on
             attempt += 1
             live[offset] = ("in_flight", attempt, last_status, last_error, None)
+            if where is not None:
+                port.retrying[where] = live[offset]
             if attempt > 1:
                 count_again(port, 1)
                 if retry_copy:
@@ -143,8 +147,13 @@ class SingleDelivery:
                 dead = True
                 break
             last_status, last_error = status, (None if status is not None else result.error)
-            if sub.retry.mode == "durable" and await self._defer(first, cluster, attempt, decision.delay_s):
+            due_at = None
+            if sub.retry.mode == "durable":
+                due_at = await self._defer(first, cluster, attempt, decision.delay_s)
+            if due_at is not None:
                 deferred = True  # it waits in the delay store: this copy is done
+                where = where or (record.topic, record.partition, offset, cluster)
+                port.retrying[where] = ("waiting_retry", attempt, last_status, last_error, due_at)
                 break
             live[offset] = (
                 "waiting_retry",
@@ -153,6 +162,8 @@ class SingleDelivery:
                 last_error,
                 int((port.ctx.wall_clock() + decision.delay_s) * 1000),
             )
+            if where is not None:
+                port.retrying[where] = live[offset]
             _log.info(
                 "push.retry",
                 subscription=sub.name,
@@ -165,14 +176,16 @@ class SingleDelivery:
             )
             await asyncio.sleep(decision.delay_s)
         live.pop(offset, None)
+        if where is not None and not deferred:
+            port.retrying.pop(where, None)
         if retry_copy:
             port.count_source(first, cluster, (int(not (dead or deferred)), 0, int(dead), int(deferred)))
         port.acknowledged(record, dead, deferred)
 
-    async def _defer(self, record: Record, cluster: str, attempts: int, delay_s: float) -> bool:
+    async def _defer(self, record: Record, cluster: str, attempts: int, delay_s: float) -> int | None:
         """Hand a record (as first read, from its Kafka cluster ``cluster``) whose retry is due in
-        ``delay_s`` to the delay store (durable retries); False when it must wait in memory
-        instead (no delay store, or the broker refused it)."""
+        ``delay_s`` to the delay store (durable retries): when it is due (epoch ms); None when it
+        must wait in memory instead (no delay store, or the broker refused it)."""
         port = self._port
         deferrals = port.ctx.deferrals
         if deferrals is None:
@@ -183,12 +196,12 @@ class SingleDelivery:
                     subscription=port.sub.name,
                     hint="durable retries need the delay store: set FERRY_INTERNAL_WORK=true; retrying in memory",
                 )
-            return False
+            return None
         try:
             due_ms = int((port.ctx.wall_clock() + delay_s) * 1000)
             await deferrals.send(port.sub, record, attempts, due_ms, cluster)
         except ProduceFailed as exc:
             _log.error("retry.defer_failed", subscription=port.sub.name, offset=record.offset, error=str(exc))
-            return False
+            return None
         port.deferred += 1
-        return True
+        return due_ms

@@ -84,13 +84,16 @@ def test_refused_records_wait_in_the_delay_store_and_count_on(
     def answer(r: Received) -> Reply:
         value = r.body.decode()
         pushes[value].append(int(r.headers["ce-ferryattempt"]))
-        if value == "never" or (value.startswith("flaky") and len(pushes[value]) < 3):
+        if value == "never":  # a retry exactly 4 s later, so the trace can see it wait
+            return Reply(503, headers={"Retry-After": "4"})
+        if value.startswith("flaky") and len(pushes[value]) < 3:
             return Reply(503)
         return Reply(200)
 
     endpoint.script = answer
     worker = own.worker("w0")
     worker.wait_ready(60)
+    api = portal(own)
     create_topic(kafka_bootstrap, topic_name, 1)
     sub = f"dr-{secrets.token_hex(3)}"
     own.add_subscription(
@@ -114,13 +117,26 @@ def test_refused_records_wait_in_the_delay_store_and_count_on(
 
     # Every record was pushed once; the refused ones wait in the delay store, so the partition's
     # committed offset passes them while their retries are still pending (each waits a jittered
-    # 0-4 s, twice).
+    # 0-4 s, twice; "never" 4 s, as its Retry-After says).
     def committed() -> int | None:
         state = offset_states(kafka_bootstrap, own.offsets_topic).get(PartitionRef(sub, topic_name, 0))
         return state.committed if state is not None else None
 
     until(lambda: committed() == len(values), timeout_s=30, what="committed past the refused records")
     assert any(len(pushes[v]) < 3 for v in ("flaky1", "flaky5", "never")), "every retry already done: proves nothing"
+
+    def trace(offset: int) -> dict[str, Any]:
+        r = api.get(f"/subscriptions/{sub}/records/{topic_name}/0/{offset}")
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    # Acknowledged in its partition, "never" is not done: the trace shows it waiting for its next
+    # push (4 s after each of its first two), on the worker that deferred it.
+    waiting = until(
+        lambda: (t := trace(3))["state"] == "waiting_retry" and t, timeout_s=8, what="never waiting in the trace"
+    )
+    assert (waiting["attempts"] in (1, 2), waiting["last_status"], waiting["worker"]) == (True, 503, "w0"), waiting
+    assert waiting["next_attempt_at"] is not None
     # Nothing holds the source partition meanwhile: no stall, nothing in flight, the refused counted.
     source = next(p for p in worker.stats() if p["topic"] == topic_name)
     assert (source["stalled_s"], source["in_flight"], source["deferred"]) == (0.0, 0, 3), source
@@ -155,6 +171,8 @@ def test_refused_records_wait_in_the_delay_store_and_count_on(
     headers = dict(dead[0].headers())
     assert headers["ferry-source-topic"] == topic_name.encode() and headers["ferry-source-offset"] == b"3"
     assert headers["ferry-attempts"] == b"3"
+    assert headers["ferry-source-timestamp"] == str(timestamps[3]).encode()  # a redrive's ce-time
+    assert headers["app"] == b"v1" and headers["content-type"] == b"text/plain"
     assert not {"ferry-retry-attempts", "ferry-deliver-at", "ferry-target-topic"} & set(headers)
     assert len(endpoint.received) == 4 + 3 * 3  # nothing pushed more often than its attempts
 
@@ -168,10 +186,15 @@ def test_refused_records_wait_in_the_delay_store_and_count_on(
         source_rows = [r for r in rows if r["topic"] == topic_name]
         return rows if source_rows and counts(source_rows[0]) == (6, 6, 1, 6) else None
 
-    with portal(own) as api:
-        rows = until(settled_rows, timeout_s=30, what="the status's counts on the source row")
+    rows = until(settled_rows, timeout_s=30, what="the status's counts on the source row")
+    assert rows is not None
     # 7 records: 6 delivered (2 flaky ones on their third push), 1 dead-lettered; 6 retries (two
     # per refused record); 6 deferrals (each refused record after its first and its second push).
     retry_rows = [r for r in rows if r["topic"] == f"{sub}.retry"]
     assert retry_rows and all(counts(r) == (0, 0, 0, 0) for r in retry_rows), rows
     assert all(r["lag"] == 0 for r in retry_rows), rows
+    # And the trace ends where the records did.
+    dead_trace = trace(3)
+    assert (dead_trace["state"], dead_trace["attempts"], dead_trace["last_status"]) == ("dead_lettered", 3, 503)
+    assert trace(1)["state"] == "delivered"
+    api.close()

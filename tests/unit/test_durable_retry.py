@@ -15,7 +15,9 @@ import pytest
 from ferry import delay
 from ferry.errors import ValidationError
 from ferry.portal.api_ops import fold_sources
+from ferry.portal.trace_op import retrying_of
 from ferry.subscription import SOURCE_CLUSTER_HEADER, PartitionRef, Subscription, parse
+from ferry.trace import Live
 from ferry.worker import durable_retry
 from ferry.worker.context import Context, Lease
 from ferry.worker.deadletter import dead_letter_headers
@@ -254,6 +256,7 @@ def durable_run(
         await settle(runner, len(keys))
         out["committed"] = runner.merge.committed if runner.merge else None
         out["source"] = (runner.delivered, runner.deferred, runner.retried)
+        out["source_retrying"] = runner.stats().get("retrying")
         retry = PartitionRunner(PartitionRef("s", "s.retry", 0), sub, 1, ctx, None, lambda _: None)
         fed = 0
         for _ in range(rounds):
@@ -263,6 +266,7 @@ def durable_run(
             await settle(retry, fed)
         out["retry"] = (retry.delivered, retry.deferred, retry.dead_lettered)
         out["by_source"] = retry.by_source
+        out["retry_retrying"] = retry.retrying
         out["retry_stats"] = retry.stats()
 
     run(main())
@@ -275,6 +279,10 @@ def test_a_failing_record_leaves_the_window_and_counts_on_in_the_retry_topic() -
     endpoint: Endpoint = out["endpoint"]
     # The source partition is done at once: b was handed over, not held.
     assert out["committed"] == 3 and out["source"] == (2, 1, 0)
+    # The record trace finds b waiting for its retry, where it was first read (t/0/1).
+    [waiting] = out["source_retrying"]
+    assert waiting[:7] == ["t", 0, 1, "default", "waiting_retry", 1, 503] and waiting[8] > 0
+    assert out["retry_retrying"] == {}  # delivered: nothing left to show
     # b: attempt 1 failed → deferred with 1 attempt; attempt 2 (from the retry topic) failed →
     # deferred with 2; attempt 3 delivered. Each wait is the policy's back-off (≤ its cap).
     # Both copies name where b was first read: t/0/1.
@@ -402,3 +410,29 @@ def test_another_clusters_counts_go_to_that_clusters_row() -> None:
         (1, 2, 0, 1),
         (0, 2, 1, 1),
     ]
+
+
+# --- the record trace -------------------------------------------------------------------------
+
+
+def test_the_trace_takes_the_latest_word_on_a_retried_record() -> None:
+    waits = [["t", 0, 7, "default", "waiting_retry", 1, 503, None, 5000]]  # where it was deferred
+    pushing = [
+        ["t", 0, 7, "default", "in_flight", 2, 503, None, None],
+        ["t", 0, 8, "default", "in_flight", 2, None, None, None],
+    ]
+    every = {
+        PartitionRef("s", "t", 0): {"worker": "w1", "retrying": waits},
+        PartitionRef("s", "s.retry", 0): {"worker": "w2", "retrying": pushing},
+        PartitionRef("other", "t", 0): {"worker": "w3", "retrying": [[*pushing[0][:5], 9, 503, None, None]]},
+    }
+    live, worker = retrying_of(every, PartitionRef("s", "t", 0), 7)
+    assert (live, worker) == (Live("in_flight", 2, 503, None, None), "w2")
+    assert retrying_of(every, PartitionRef("s", "t", 0), 9) == (None, None)
+    assert retrying_of(every, PartitionRef("s", "t", 0, "dc2"), 7) == (None, None)
+    # dc2's record at the same place, retried through the retry topic (in default), is dc2's.
+    every[PartitionRef("s", "s.retry", 0)]["retrying"].append(["t", 0, 7, "dc2", "in_flight", 3, 500, None, None])
+    assert retrying_of(every, PartitionRef("s", "t", 0, "dc2"), 7) == (Live("in_flight", 3, 500, None, None), "w2")
+    assert retrying_of(every, PartitionRef("s", "t", 0), 7) == (Live("in_flight", 2, 503, None, None), "w2")
+    del every[PartitionRef("s", "s.retry", 0)]
+    assert retrying_of(every, PartitionRef("s", "t", 0), 7) == (Live("waiting_retry", 1, 503, None, 5000), "w1")

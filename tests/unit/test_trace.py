@@ -60,6 +60,28 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
         {"offset": 150, "committed": None, "acked": []},
         {"state": "not_yet_fetched"},
     ),
+    "acknowledged in its partition, a durable retry waits in the delay store": (
+        {"offset": 150, "retrying": Live("waiting_retry", 1, 503, None, 1_700_000_000_500), "retrying_worker": "w2"},
+        {
+            "state": "waiting_retry",
+            "attempts": 1,
+            "last_status": 503,
+            "worker": "w2",
+            "next_attempt_at": 1_700_000_000_500,
+        },
+    ),
+    "acknowledged in its partition, pushed again from the retry topic": (
+        {"offset": 150, "retrying": Live("in_flight", 2, 503, None, None), "retrying_worker": "w2"},
+        {"state": "in_flight", "attempts": 2, "worker": "w2", "next_attempt_at": None},
+    ),
+    "a redriven dead letter being pushed again outranks its dead letter": (
+        {"offset": 150, "retrying": Live("in_flight", 1), "dead_letter": DeadLetter(3, "HTTP 500")},
+        {"state": "in_flight", "attempts": 1},
+    ),
+    "a retry does not outrank a record not yet acknowledged": (
+        {"offset": 250, "retrying": Live("in_flight", 2), "live": Live("waiting_retry", 1)},
+        {"state": "waiting_retry", "attempts": 1},
+    ),
     "a stale live entry does not outrank the offset state": (
         {"offset": 150, "live": Live("in_flight", 1)},
         {"state": "delivered", "attempts": None},
