@@ -27,6 +27,7 @@ from operator import attrgetter
 
 from ferry import log
 from ferry.subscription import BatchSpec, Subscription
+from ferry.worker import durable_retry
 from ferry.worker.batch import MAX_ANSWER_BYTES, EventEncoder, encode_batch, event_id, event_size, interpret, settle
 from ferry.worker.delivery import DeliveryPort, count_again, leased, observe_latency
 from ferry.worker.push import Record
@@ -39,16 +40,42 @@ _log = log.get_logger(__name__)
 _raw_size = attrgetter("size")
 
 
+def _as_first_read(records: list[Record], cluster: str) -> tuple[list[Record], list[str]]:
+    """Records of a retry topic (in ``cluster``) as first read, and the Kafka cluster of each."""
+    firsts = [durable_retry.original(r, cluster) for r in records]
+    return [f.record for f in firsts], [f.cluster for f in firsts]
+
+
 class BatchDelivery:
     def __init__(self, runner: DeliveryPort, spec: BatchSpec) -> None:
         self._runner = runner
         self.spec = spec
         self.cap = spec.max_records
         self._encoder = EventEncoder(runner.ctx.client.cluster, runner.sub.name, runner.ref.cluster)
+        self._encoders: dict[str, EventEncoder] = {runner.ref.cluster: self._encoder}
+        """By Kafka cluster: a retry topic's records of another cluster say theirs (docs/zones.md)."""
         self._linger: asyncio.TimerHandle | None = None
         self._linger_due = False
         # While a batch's task acknowledges it: the batches that frees, for that task to push next.
         self._claimed: list[list[Record]] | None = None
+
+    def _encode_by_cluster(self, records: list[Record], pushes: list[int], clusters: list[str]) -> bytes:
+        """The batch body of records of several Kafka clusters (a retry topic's: each as first
+        read), each event with its own cluster's ``kafkacluster``, in the order given."""
+        if all(c == self._runner.ref.cluster for c in clusters):
+            return encode_batch(self._encoder, records, pushes)
+        parts: list[bytes] = []
+        start = 0
+        for i in range(1, len(records) + 1):
+            if i == len(records) or clusters[i] != clusters[start]:
+                encoder = self._encoders.get(clusters[start])
+                if encoder is None:
+                    encoder = self._encoders[clusters[start]] = EventEncoder(
+                        self._runner.ctx.client.cluster, self._runner.sub.name, clusters[start]
+                    )
+                parts.append(encode_batch(encoder, records[start:i], pushes[start:i])[1:-1])
+                start = i
+        return b"[" + b",".join(parts) + b"]"
 
     def update(self, sub: Subscription) -> None:
         spec = sub.batch
@@ -126,7 +153,14 @@ class BatchDelivery:
                 count_again(runner, sum(1 for p in pushes if p > 1))
             else:  # every record's first push (the common case): no per-record Python loop
                 pushes = [1] * len(records)
-            body = encode_batch(self._encoder, records, pushes)
+            # Records of the retry topic (redriven dead letters) as first read: their events are
+            # theirs, not the retry topic's.
+            if runner.ref.topic != runner.sub.retry_topic:
+                shown = records
+                body = encode_batch(self._encoder, shown, pushes)
+            else:
+                shown, clusters = _as_first_read(records, runner.ref.cluster)
+                body = self._encode_by_cluster(shown, pushes, clusters)
             gate = ctx.gates.for_subscription(runner.sub)
             at_send = await gate.acquire(runner.ref) if gate is not None else 0
             started = time.monotonic()
@@ -146,7 +180,7 @@ class BatchDelivery:
                     return self._acknowledge_and_claim(records)
                 runner.acknowledged_many(records, dead=False)
                 return None
-            ids = [event_id(r) for r in records]
+            ids = [event_id(r) for r in shown]
             verdict = interpret(result.status, result.body, result.truncated, ids, result.error)
             if verdict.kind == "split":
                 half = len(records) // 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ from ferry.worker.deadletter import dead_letter_headers
 from ferry.worker.metrics import WorkerMetrics
 from ferry.worker.partition import PartitionRunner
 from ferry.worker.producer import ProduceFailed
-from ferry.worker.push import Record, cloudevent_headers
+from ferry.worker.push import BatchPushResult, Record, cloudevent_headers
 from tests.support.vtime import run
 from tests.unit.test_runner import DeadLetters, Endpoint
 
@@ -436,3 +437,59 @@ def test_the_trace_takes_the_latest_word_on_a_retried_record() -> None:
     assert retrying_of(every, PartitionRef("s", "t", 0), 7) == (Live("in_flight", 2, 503, None, None), "w2")
     del every[PartitionRef("s", "s.retry", 0)]
     assert retrying_of(every, PartitionRef("s", "t", 0), 7) == (Live("waiting_retry", 1, 503, None, 5000), "w1")
+
+
+# --- redriven dead letters in batch mode ----------------------------------------------------------
+
+
+def test_a_batch_sends_redriven_records_as_first_read() -> None:
+    events: list[dict[str, Any]] = []
+
+    class Batches(Endpoint):
+        async def push_batch(self, sub: Subscription, body: bytes, read_body: int) -> Any:
+            events.extend(json.loads(body))
+            return BatchPushResult(
+                200,
+                body=b'{"results": ['
+                + b",".join(b'{"id": "%s", "status": 200}' % e["id"].encode() for e in json.loads(body))
+                + b"]}",
+            )
+
+    sub = parse({**DURABLE, "retry": {"max_attempts": 3}, "batch": {"max_records": 8}})
+    dc2 = [(k, b"8" if k == "ferry-source-offset" else v) for k, v in REDRIVEN.headers if k != "ferry-redriven-from"]
+    dc2.append((SOURCE_CLUSTER_HEADER, b"dc2"))
+    copies = [
+        REDRIVEN,
+        Record("s.retry", 0, 5, b"k", b"w", [("app", b"2")], 1_800_000_000_000),
+        REDRIVEN._replace(headers=dc2),  # a dead letter of dc2's record t/2/8, redriven
+    ]
+
+    async def main() -> PartitionRunner:
+        ctx = Context("w1", Batches({}), DeadLetters(), WorkerMetrics(), Lease(), 10_000, 1 << 30)  # type: ignore[arg-type]
+        retry = PartitionRunner(PartitionRef("s", "s.retry", 0), sub, 1, ctx, None, lambda _: None)
+        retry.feed([r._replace(partition=0, offset=i) for i, r in enumerate(copies)], len(copies), None)
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if retry.merge is not None and retry.merge.committed == len(copies) and not retry._tasks:
+                break
+        return retry
+
+    retry = run(main())
+    assert retry.merge is not None and retry.merge.committed == 3 and retry.delivered == 3
+    first = {k: events[0][k] for k in ("id", "kafkatopic", "kafkapartition", "kafkaoffset", "time", "ferryattempt")}
+    assert first == {
+        "id": "t/2/7",
+        "kafkatopic": "t",
+        "kafkapartition": 2,
+        "kafkaoffset": 7,
+        "time": "2023-11-14T22:13:20.123Z",
+        "ferryattempt": 1,
+    }
+    assert events[0]["app"] == "1"
+    assert [k for k in events[0] if k.startswith("ferry")] == ["ferryattempt"]  # no ferry-* header
+    # Without ferry-source-*: its own place in the retry topic.
+    assert (events[1]["id"], events[1]["kafkatopic"]) == ("s.retry/0/1", "s.retry")
+    # dc2's record says so; default's records do not.
+    assert (events[2]["id"], events[2]["kafkatopic"], events[2]["kafkacluster"]) == ("t/2/8", "t", "dc2")
+    assert "kafkacluster" not in events[0] and "kafkacluster" not in events[1]
+    assert [k for k in events[2] if k.startswith("ferry")] == ["ferryattempt"]
