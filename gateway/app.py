@@ -327,6 +327,9 @@ async def txn_prepare(gw: Gateway, request: Request, __: str) -> Response:
         raise ApiError(400, "must be a non-empty list of records, each with its topic", "records")
     if len(doc["records"]) > rq.MAX_RECORDS:
         raise ApiError(400, f"at most {rq.MAX_RECORDS:,} records per transaction", "records")
+    unknown = sorted(set(doc) - {"records", "check_url", "timeout_ms"})
+    if unknown:  # a misspelt timeout_ms would otherwise be the default, silently
+        raise ApiError(400, 'unknown field; the body is {"records", "check_url", "timeout_ms"}', unknown[0])
     now = now_ms()
     stored = []
     for i, raw in enumerate(doc["records"]):

@@ -91,7 +91,8 @@ class Client:
         base = self.profile.gateway_url if gateway else self.profile.url
         if not base:
             raise ClientError(
-                "no gateway URL: pass --gateway-url, set FERRY_GATEWAY_URL, or `ferry login --gateway-url`"
+                "no gateway URL: pass --gateway-url, set FERRY_GATEWAY_URL, or `ferry login --gateway-url`",
+                code=EXIT_USAGE,
             )
         try:
             r = self._http.request(

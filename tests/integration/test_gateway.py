@@ -314,6 +314,10 @@ def test_transactions_over_http(gateway: ServiceProcess, kafka_bootstrap: str, t
         missing = c.post("/api/v1/transactions/1.2.0123456789abcdef/commit")
         bad_url = c.post("/api/v1/transactions", json={"records": records, "check_url": "http://169.254.169.254/x"})
         bad_topic = c.post("/api/v1/transactions", json={"records": [{"value": 1}], "check_url": "http://127.0.0.1:9/"})
+        misspelt = c.post(
+            "/api/v1/transactions", json={"records": records, "check_url": "http://127.0.0.1:9/", "timeout": 5000}
+        )
+    assert misspelt.status_code == 400 and misspelt.json()["field"] == "timeout", misspelt.text
     assert committed.status_code == 200 and committed.json()["state"] == "committed"
     assert again.json() == committed.json()
     assert conflict.status_code == 409 and missing.status_code == 404
