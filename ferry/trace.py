@@ -94,13 +94,7 @@ def decide(
     elif acknowledged(offset, committed, acked):
         if retrying is not None:
             state = retrying.state
-            answer.update(
-                attempts=retrying.attempts,
-                last_status=retrying.last_status,
-                last_error=retrying.last_error,
-                worker=retrying_worker,
-                next_attempt_at=retrying.next_attempt_at if retrying.state == "waiting_retry" else None,
-            )
+            answer.update(_live_fields(retrying, retrying_worker))
         elif dead_letter is not None:
             state = "dead_lettered"
             answer.update(
@@ -112,13 +106,7 @@ def decide(
             state = "delivered"
     elif live is not None:
         state = live.state
-        answer.update(
-            attempts=live.attempts,
-            last_status=live.last_status,
-            last_error=live.last_error,
-            worker=worker,
-            next_attempt_at=live.next_attempt_at if live.state == "waiting_retry" else None,
-        )
+        answer.update(_live_fields(live, worker))
     else:
         state = "not_yet_fetched"
         answer["worker"] = worker
@@ -127,6 +115,17 @@ def decide(
 
 
 _ANSWERED = re.compile(r"endpoint answered (\d{3})\b")
+
+
+def _live_fields(live: Live, worker: str | None) -> dict[str, Any]:
+    """What a worker publishes about a record it holds (pushing it, or waiting to retry it)."""
+    return {
+        "attempts": live.attempts,
+        "last_status": live.last_status,
+        "last_error": live.last_error,
+        "worker": worker,
+        "next_attempt_at": live.next_attempt_at if live.state == "waiting_retry" else None,
+    }
 
 
 def _status_in(error: str) -> int | None:
