@@ -17,6 +17,8 @@ from ferry.devstack import embedded
 from tests.support.cluster import Cluster
 from tests.support.endpoint import EndpointRecorder
 from tests.support.needs import missing
+from tests.support.txn_stack import Stack as TxnStack
+from tests.support.txn_stack import running as running_txn_stack
 
 _SERVICES: list[embedded.ServiceProcess] = []
 
@@ -117,6 +119,14 @@ def cluster(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[C
         yield c
     finally:
         c.close()
+
+
+@pytest.fixture()
+def txn_stack(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[TxnStack]:
+    """Workers, gateways and a portal over one metadata database (tests/support/txn_stack.py), for
+    transactions; closed after the test. A test module overrides it for other settings."""
+    with running_txn_stack(tmp_path, zk_connect, kafka_bootstrap) as st:
+        yield st
 
 
 @pytest.fixture()

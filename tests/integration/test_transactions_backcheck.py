@@ -5,8 +5,6 @@ producer's own commit afterwards answers where each record went, as any commit d
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,23 +12,17 @@ from ferry import kafka
 from tests.support.endpoint import EndpointRecorder, Received, Reply
 from tests.support.gateway import client
 from tests.support.kafka import create_topic
-from tests.support.txn_stack import Stack, running
+from tests.support.txn_stack import Stack
 from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture()
-def stack(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[Stack]:
-    with running(tmp_path, zk_connect, kafka_bootstrap) as st:
-        yield st
-
-
 def test_a_commit_after_the_back_checks_commit_answers_where_records_went(
-    stack: Stack, kafka_bootstrap: str, topic_name: str, endpoint: EndpointRecorder
+    txn_stack: Stack, kafka_bootstrap: str, topic_name: str, endpoint: EndpointRecorder
 ) -> None:
-    stack.c.worker("w0").wait_ready(60)
-    gateway = stack.gateway("g1")
+    txn_stack.c.worker("w0").wait_ready(60)
+    gateway = txn_stack.gateway("g1")
     create_topic(kafka_bootstrap, topic_name, 3)
 
     def answer(_: Received) -> Reply:

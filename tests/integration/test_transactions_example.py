@@ -27,17 +27,17 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "transactional_prod
 
 
 @pytest.fixture()
-def stack(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[Stack]:
+def txn_stack(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[Stack]:
     # Checks go on while the shop restarts: more than the suite's usual 3 before a rollback.
     with running(tmp_path, zk_connect, kafka_bootstrap, FERRY_TXN_MAX_CHECKS="10") as st:
         yield st
 
 
 def test_the_example_shop_publishes_exactly_its_committed_orders(
-    stack: Stack, tmp_path: Path, kafka_bootstrap: str, topic_name: str
+    txn_stack: Stack, tmp_path: Path, kafka_bootstrap: str, topic_name: str
 ) -> None:
-    stack.c.worker("w0").wait_ready(60)
-    gateway = stack.gateway("g1")
+    txn_stack.c.worker("w0").wait_ready(60)
+    gateway = txn_stack.gateway("g1")
     create_topic(kafka_bootstrap, topic_name, 2)
     port, db = free_port(), tmp_path / "shop.sqlite"
     log = tmp_path / "shop.log"

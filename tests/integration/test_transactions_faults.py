@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -25,7 +23,7 @@ from ferry.txnlog import parse_id
 from tests.support.endpoint import EndpointRecorder, Received, Reply
 from tests.support.gateway import ADMIN, client
 from tests.support.kafka import create_topic
-from tests.support.txn_stack import Stack, running
+from tests.support.txn_stack import Stack
 from tests.support.wait import until
 
 pytestmark = pytest.mark.integration
@@ -37,22 +35,18 @@ def read(bootstrap: str, topic: str) -> list:  # type: ignore[type-arg]
     return out
 
 
-@pytest.fixture()
-def stack(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> Iterator[Stack]:
-    with running(tmp_path, zk_connect, kafka_bootstrap) as st:
-        yield st
-
-
 def test_killed_gateway_and_killed_check_worker(
-    stack: Stack, kafka_bootstrap: str, topic_name: str, endpoint: EndpointRecorder
+    txn_stack: Stack, kafka_bootstrap: str, topic_name: str, endpoint: EndpointRecorder
 ) -> None:
-    workers = {n: stack.c.worker(n) for n in ("w0", "w1")}
+    workers = {n: txn_stack.c.worker(n) for n in ("w0", "w1")}
     for w in workers.values():
         w.wait_ready(60)
     # The planner balances all partitions over the workers, not each kind of work: whichever
     # worker holds back-check partitions once both run is the one killed.
     until(
-        lambda: len(stack.txn_owners()) == internal.TXN_PARTITIONS and len({*stack.c.assignment().values()}) == 2,
+        lambda: (
+            len(txn_stack.txn_owners()) == internal.TXN_PARTITIONS and len({*txn_stack.c.assignment().values()}) == 2
+        ),
         timeout_s=30,
         what="both workers given work, the back-checks among it",
     )
@@ -64,7 +58,7 @@ def test_killed_gateway_and_killed_check_worker(
         return Reply(200, {"Content-Type": "application/json"}, json.dumps({"state": state}).encode())
 
     endpoint.script = answer
-    g1, g2 = stack.gateway("g1"), stack.gateway("g2")
+    g1, g2 = txn_stack.gateway("g1"), txn_stack.gateway("g2")
     ids: list[str] = []
     with client(g1) as c:
         for i in range(24):
@@ -82,7 +76,7 @@ def test_killed_gateway_and_killed_check_worker(
     for i, tid in enumerate(ids):
         if tid not in explicit:
             wanted[tid] = "commit" if i % 2 else "rollback"
-    owners = stack.txn_owners()
+    owners = txn_stack.txn_owners()
     held = Counter(owners.values())
     victim, survivor = ("w0", "w1") if held["w0"] >= held["w1"] else ("w1", "w0")
     victim_parts = {p for p, w in owners.items() if w == victim}
@@ -105,7 +99,7 @@ def test_killed_gateway_and_killed_check_worker(
             expected = "committed" if answer_of[tid] == "commit" else "rolled_back"
             assert c.get(f"/api/v1/transactions/{tid}").json()["state"] == expected, tid
     assert final == Counter(committed=sum(a == "commit" for a in answer_of.values()), rolled_back=8)
-    assert set(stack.txn_owners().values()) == {survivor}
+    assert set(txn_stack.txn_owners().values()) == {survivor}
     # Committed records visible (each at least once), rolled-back ones never.
     seen = Counter(dict(m.headers())["ferry-transaction-id"].decode() for m in read(kafka_bootstrap, topic_name))
     for tid, verb in answer_of.items():
@@ -114,10 +108,10 @@ def test_killed_gateway_and_killed_check_worker(
     assert set(on_victim) <= asked, "a transaction of the killed worker's partitions was never checked"
 
 
-def test_gateway_killed_while_writing_a_commit(stack: Stack, kafka_bootstrap: str, topic_name: str) -> None:
-    stack.c.worker("w0").wait_ready(60)
+def test_gateway_killed_while_writing_a_commit(txn_stack: Stack, kafka_bootstrap: str, topic_name: str) -> None:
+    txn_stack.c.worker("w0").wait_ready(60)
     create_topic(kafka_bootstrap, topic_name, 3)
-    g1, g2 = stack.gateway("g1"), stack.gateway("g2")
+    g1, g2 = txn_stack.gateway("g1"), txn_stack.gateway("g2")
     n = 5_000
     records = [{"topic": topic_name, "key": f"k{i % 50}", "value": "x" * 20} for i in range(n)]
     body = {"records": records, "check_url": "http://127.0.0.1:9/", "timeout_ms": 600_000}
@@ -143,7 +137,7 @@ def test_gateway_killed_while_writing_a_commit(stack: Stack, kafka_bootstrap: st
     assert where is not None
     fast = {"fetch.wait.max.ms": 1, "enable.partition.eof": False}
     watch = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "txn-watch", **fast})
-    watch.assign([TopicPartition(stack.txn_topic, where.partition, where.offset)])
+    watch.assign([TopicPartition(txn_stack.txn_topic, where.partition, where.offset)])
     committing = threading.Thread(target=commit, daemon=True)
 
     def decided() -> bool:
