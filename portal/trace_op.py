@@ -82,18 +82,25 @@ def retrying_of(
     stats list those of its subscription by where they were first read), the latest if several
     workers have a word (a wait not yet over where it was deferred, the push of its retry)."""
     want = [ref.topic, ref.partition, offset, ref.cluster]
-    best: tuple[trace.Live, str | None] | None = None
+    best: tuple[tuple[int, int], list[Any], str | None] | None = None
     for where, stats in every.items():
         if where.subscription != ref.subscription:
             continue
         for entry in stats.get("retrying") or ():
             if list(entry[:4]) != want:
                 continue
-            found = trace.Live(entry[4], entry[5], entry[6], entry[7], entry[8])
-            # The latest: the most pushes; a wait after push n is later than push n in flight.
-            if best is None or (found.attempts, found.state) > (best[0].attempts, best[0].state):
-                best = (found, cast(str | None, stats.get("worker")))
-    return best if best is not None else (None, None)
+            # The latest: the most pushes; after push n, a wait is later than the push in flight,
+            # and the retry's end later than both.
+            rank = (entry[5], _LATER.get(entry[4], 0))
+            if best is None or rank > best[0]:
+                best = (rank, entry, cast(str | None, stats.get("worker")))
+    if best is None or best[1][4] == "done":
+        return None, None  # done: the offset state, dead letters and filter say how it ended
+    entry = best[1]
+    return trace.Live(entry[4], entry[5], entry[6], entry[7], entry[8]), best[2]
+
+
+_LATER = {"in_flight": 0, "waiting_retry": 1, "done": 2}
 
 
 def _dead_letter(

@@ -41,7 +41,8 @@ class DeliveryPort(Protocol):
     live: dict[int, tuple[str, int, int | None, str | None, int | None]]
     """What the record trace shows of records being pushed, by offset."""
     retrying: dict[tuple[str, int, int, str], tuple[str, int, int | None, str | None, int | None]]
-    """The same for durable retries and the retry topic's records, by where each was first read."""
+    """The same for durable retries and the retry topic's records, by where each was first read
+    (``done`` when the retry topic's runner finished one)."""
     retried: int
     deferred: int
     m_retried: Any

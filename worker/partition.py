@@ -49,6 +49,11 @@ _size = attrgetter("size")
 LIVE_SHOWN = 200
 """Records being pushed that a partition's stats list for the record trace (lowest offsets first)."""
 
+RETRYING_KEPT_MS = 60_000
+"""How long a partition's stats keep a durable retry's wait after it is due (until the retry
+topic's owner shows the record being pushed), and a retry's end after it (so that this older word
+is not taken as the latest)."""
+
 SOURCES_SHOWN = 1000
 """Source partitions a retry topic's partition counts for (more stay on its own row)."""
 
@@ -100,7 +105,8 @@ class PartitionRunner:
         self.retrying: dict[tuple[str, int, int, str], tuple[str, int, int | None, str | None, int | None]] = {}
         """The same for records acknowledged in the partition they were first read from, by that
         place (topic, partition, offset, Kafka cluster): a durable retry waiting in the delay
-        store until its next attempt, and a record of the retry topic being pushed."""
+        store until its next attempt, a record of the retry topic being pushed, and (``done``, with
+        when) one the retry topic's runner finished."""
         self.dirty = False
         self.closing = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -391,12 +397,19 @@ class PartitionRunner:
         return self._stall.held_s
 
     def _retrying(self) -> list[list[Any]]:
-        """:attr:`retrying` for the stats, without waits that are over (the retry topic's owner
-        shows the record from then on), at most :data:`LIVE_SHOWN` of them."""
-        now = now_ms()
-        over = [k for k, v in self.retrying.items() if v[0] == "waiting_retry" and (v[4] or 0) <= now]
-        for k in over:
+        """:attr:`retrying` for the stats, at most :data:`LIVE_SHOWN` of them (ends dropped first).
+        A wait stays until :data:`RETRYING_KEPT_MS` after it is due: the retry topic's owner shows
+        the record once it fetches it, and its word is the later one (more attempts). An end
+        (``done``: delivered or dead-lettered through the retry topic) stays as long, to outrank
+        the wait it followed; the record trace then looks no further than the offset state."""
+        over = now_ms() - RETRYING_KEPT_MS
+        stale = [k for k, v in self.retrying.items() if v[0] != "in_flight" and (v[4] or 0) <= over]
+        for k in stale:
             del self.retrying[k]
+        if len(self.retrying) > LIVE_SHOWN:
+            ends = [k for k, v in self.retrying.items() if v[0] == "done"]
+            for k in ends[: len(self.retrying) - LIVE_SHOWN]:
+                del self.retrying[k]
         while len(self.retrying) > LIVE_SHOWN:
             del self.retrying[next(iter(self.retrying))]
         return [[*k, *v] for k, v in self.retrying.items()]

@@ -177,7 +177,7 @@ class SingleDelivery:
             await asyncio.sleep(decision.delay_s)
         live.pop(offset, None)
         if where is not None and not deferred:
-            port.retrying.pop(where, None)
+            port.retrying[where] = ("done", attempt, None, None, int(port.ctx.wall_clock() * 1000))
         if retry_copy:
             port.count_source(first, cluster, (int(not (dead or deferred)), 0, int(dead), int(deferred)))
         port.acknowledged(record, dead, deferred)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ferry import delay
+from ferry.clock import now_ms
 from ferry.errors import ValidationError
 from ferry.portal.api_ops import fold_sources
 from ferry.portal.trace_op import retrying_of
@@ -23,7 +24,7 @@ from ferry.worker import durable_retry
 from ferry.worker.context import Context, Lease
 from ferry.worker.deadletter import dead_letter_headers
 from ferry.worker.metrics import WorkerMetrics
-from ferry.worker.partition import PartitionRunner
+from ferry.worker.partition import RETRYING_KEPT_MS, PartitionRunner
 from ferry.worker.producer import ProduceFailed
 from ferry.worker.push import BatchPushResult, Record, cloudevent_headers
 from tests.support.vtime import run
@@ -283,7 +284,9 @@ def test_a_failing_record_leaves_the_window_and_counts_on_in_the_retry_topic() -
     # The record trace finds b waiting for its retry, where it was first read (t/0/1).
     [waiting] = out["source_retrying"]
     assert waiting[:7] == ["t", 0, 1, "default", "waiting_retry", 1, 503] and waiting[8] > 0
-    assert out["retry_retrying"] == {}  # delivered: nothing left to show
+    # Delivered: the retry topic's runner says it is done (that word outranks the wait above).
+    [(where, (state, attempts, *_))] = out["retry_retrying"].items()
+    assert (where, state, attempts) == (("t", 0, 1, "default"), "done", 3)
     # b: attempt 1 failed → deferred with 1 attempt; attempt 2 (from the retry topic) failed →
     # deferred with 2; attempt 3 delivered. Each wait is the policy's back-off (≤ its cap).
     # Both copies name where b was first read: t/0/1.
@@ -435,8 +438,36 @@ def test_the_trace_takes_the_latest_word_on_a_retried_record() -> None:
     every[PartitionRef("s", "s.retry", 0)]["retrying"].append(["t", 0, 7, "dc2", "in_flight", 3, 500, None, None])
     assert retrying_of(every, PartitionRef("s", "t", 0, "dc2"), 7) == (Live("in_flight", 3, 500, None, None), "w2")
     assert retrying_of(every, PartitionRef("s", "t", 0), 7) == (Live("in_flight", 2, 503, None, None), "w2")
+    # Once its due time passed and before the retry topic's owner fetched it, the wait is the word.
     del every[PartitionRef("s", "s.retry", 0)]
     assert retrying_of(every, PartitionRef("s", "t", 0), 7) == (Live("waiting_retry", 1, 503, None, 5000), "w1")
+    # The retry's end outranks the wait it followed: the offset state and dead letters decide.
+    every[PartitionRef("s", "s.retry", 1)] = {
+        "worker": "w2",
+        "retrying": [["t", 0, 7, "default", "done", 2, None, None, 9]],
+    }
+    assert retrying_of(every, PartitionRef("s", "t", 0), 7) == (None, None)
+    # A later deferral (a wait after push 2) outranks an end of push 1 only by its attempts.
+    every[PartitionRef("s", "t", 0)]["retrying"] = [["t", 0, 7, "default", "waiting_retry", 3, 500, None, 9000]]
+    assert retrying_of(every, PartitionRef("s", "t", 0), 7) == (Live("waiting_retry", 3, 500, None, 9000), "w1")
+
+
+def test_a_partition_shows_a_due_wait_until_the_retry_can_have_been_fetched() -> None:
+    """Between a durable retry's due time and its fetch from the retry topic, the partition where it
+    was deferred still says it waits; that word, and the end of a retry, go after a minute."""
+    sub = parse(DURABLE)
+    ctx = Context("w1", Endpoint({}), DeadLetters(), WorkerMetrics(), Lease(), 10_000, 1 << 30)  # type: ignore[arg-type]
+    runner = PartitionRunner(PartitionRef("s", "t", 0), sub, 1, ctx, None, lambda _: None)
+    now, kept = now_ms(), RETRYING_KEPT_MS
+    runner.retrying = {
+        ("t", 0, 1, "default"): ("waiting_retry", 1, 503, None, now - 1000),  # due a second ago
+        ("t", 0, 2, "default"): ("waiting_retry", 1, 503, None, now - kept - 1000),  # due long ago
+        ("t", 0, 3, "default"): ("done", 2, None, None, now - 1000),
+        ("t", 0, 4, "default"): ("done", 2, None, None, now - kept - 1000),
+        ("t", 0, 5, "default"): ("in_flight", 2, 503, None, None),
+    }
+    shown = {entry[2]: entry[4] for entry in runner.stats()["retrying"]}
+    assert shown == {1: "waiting_retry", 3: "done", 5: "in_flight"}
 
 
 # --- redriven dead letters in batch mode ----------------------------------------------------------
