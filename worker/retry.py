@@ -37,7 +37,7 @@ def parse_retry_after(value: str | None, now_s: float) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # not "²": str.isdigit() takes it, float() does not
         return float(value)
     try:
         when = parsedate_to_datetime(value)

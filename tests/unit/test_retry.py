@@ -69,6 +69,9 @@ def test_jitter_stays_within_the_cap() -> None:
         ("Wed, 21 Oct 2015 07:28:10 GMT", 10.0),
         ("Wed, 21 Oct 2015 07:27:00 GMT", 0.0),  # in the past
         ("soon", None),
+        # An endpoint's stray byte (0xB2, read as Latin-1) is unreadable, not a crash of the push.
+        ("\u00b2", None),
+        ("1\u00b3", None),
     ],
 )
 def test_parse_retry_after(value: str | None, expect: float | None) -> None:
