@@ -239,3 +239,20 @@ async def test_cesql_filters_through_the_api(api: TestClient) -> None:
     r = await api.post("/api/v1/subscriptions?dry_run=true", json=bad, headers=h(ADMIN))
     answer = await r.json()
     assert r.status == 400 and answer["field"] == "filter.sql" and "LENGTH" in answer["error"], answer
+
+
+async def test_numbers_in_non_ascii_digits_are_refused_not_a_500(api: TestClient) -> None:
+    # str.isdigit() takes "²", which int() refuses: each of these answered 500.
+    r = await api.post("/api/v1/subscriptions", json=sub("digits-a"), headers=h(ADMIN))
+    assert r.status == 201, await r.text()
+    for path, status, field in [
+        ("/api/v1/subscriptions/digits-a/dead-letters?limit=%C2%B2", 400, "limit"),
+        ("/api/v1/subscriptions/digits-a/records/orders/%C2%B2/1", 400, "partition"),
+        ("/api/v1/subscriptions/digits-a/records/orders/0/%C2%B2", 400, "offset"),
+        ("/api/v1/audit?limit=%C2%B2", 400, "limit"),
+    ]:
+        r = await api.get(path, headers=h(ADMIN))
+        assert r.status == status, (path, await r.text())
+        assert (await r.json())["field"] == field, path
+    r = await api.delete("/api/v1/tokens/%C2%B2", headers=h(ADMIN))
+    assert r.status == 404 and (await r.json())["field"] == "id"
