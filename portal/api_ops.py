@@ -225,14 +225,15 @@ async def dead_letters(request: web.Request) -> web.Response:
 
 async def replay(request: web.Request) -> web.Response:
     body = await read_json(request)
-    if isinstance(body, dict):
-        _known_keys(body, ("limit", "cluster"))
-    limit = body.get("limit", MAX_DEAD_LETTERS) if isinstance(body, dict) else MAX_DEAD_LETTERS
+    if not isinstance(body, dict):  # not taken as "no options": a bad request must change nothing
+        raise ApiError(400, 'must be a JSON object, e.g. {"limit": 100}, or empty', "body")
+    _known_keys(body, ("limit", "cluster"))
+    limit = body.get("limit", MAX_DEAD_LETTERS)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_DEAD_LETTERS:
         raise ApiError(400, f"must be an integer between 1 and {MAX_DEAD_LETTERS}", "limit")
     sub = await asyncio.to_thread(_subscription, request)
     cluster = request.app[CLUSTER]
-    kc = _kafka_cluster(request, sub, body.get("cluster") if isinstance(body, dict) else None)
+    kc = _kafka_cluster(request, sub, body.get("cluster"))
 
     def run() -> tuple[int, int]:
         return cluster.redrive(sub, cluster.kafka_view(kc).last_records(sub.dead_letter_topic, limit), kc)

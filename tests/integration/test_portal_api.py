@@ -256,3 +256,20 @@ async def test_numbers_in_non_ascii_digits_are_refused_not_a_500(api: TestClient
         assert (await r.json())["field"] == field, path
     r = await api.delete("/api/v1/tokens/%C2%B2", headers=h(ADMIN))
     assert r.status == 404 and (await r.json())["field"] == "id"
+
+
+async def test_replay_refuses_a_body_that_is_not_an_object(api: TestClient) -> None:
+    # A JSON array, number or string was taken as "no options" and redrove up to 1000 dead letters.
+    r = await api.post("/api/v1/subscriptions", json=sub("replay-body"), headers=h(ADMIN))
+    assert r.status == 201, await r.text()
+    for raw in (b"[]", b'[{"limit": 1}]', b"5", b'"limit"', b"null"):
+        r = await api.post(
+            "/api/v1/subscriptions/replay-body/dead-letters/replay",
+            data=raw,
+            headers={**h(ADMIN), "Content-Type": "application/json"},
+        )
+        assert r.status == 400, (raw, await r.text())
+        assert (await r.json())["field"] == "body"
+    r = await api.get("/api/v1/audit", headers=h(ADMIN))
+    entries = (await r.json())["entries"]
+    assert not [e for e in entries if e["action"] == "dead_letters.replay" and e["target"] == "replay-body"]
