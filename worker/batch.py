@@ -274,6 +274,26 @@ def event_id(r: Record) -> str:
     return f"{r.topic}/{r.partition}/{r.offset}"
 
 
+def distinct_id_runs(ids: Sequence[str]) -> list[tuple[int, int]]:
+    """``ids`` cut into consecutive runs ``[start, end)`` in none of which an id repeats.
+
+    A retry topic's events carry the id of where each record was first read, so two copies of one
+    record (a dead letter redriven, dead-lettered again and redriven again) share an id: in one
+    batch the endpoint's per-record ``results`` could not name each once, and a correct answer
+    would read as malformed. Pushed run after run, in order, each batch's ids are unique."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    seen: set[str] = set()
+    for i, cid in enumerate(ids):
+        if cid in seen:
+            runs.append((start, i))
+            start = i
+            seen = set()
+        seen.add(cid)
+    runs.append((start, len(ids)))
+    return runs
+
+
 # --- answers ---------------------------------------------------------------------------------
 
 Kind = Literal["statuses", "split", "malformed"]

@@ -13,6 +13,10 @@ start is pushed by that batch's task at once:
           the longest of their delays; their lanes stay busy meanwhile, so no later record of
           their key overtakes them.
 
+A retry topic's batch holding two copies of one record (redriven twice: one first-read place,
+one event id) is pushed as consecutive runs of unique ids (:func:`worker.batch.distinct_id_runs`),
+so per-record results can name each event once.
+
 Attempts: ``ferryattempt`` counts every push of a record; ``retry.max_attempts`` counts the
 pushes the record itself failed (a record held behind another one, or pushed again because its
 batch was split, is not charged). ``linger_ms`` holds a partial batch back until ``max_records``
@@ -28,7 +32,16 @@ from operator import attrgetter
 from ferry import log
 from ferry.subscription import BatchSpec, Subscription
 from ferry.worker import durable_retry
-from ferry.worker.batch import MAX_ANSWER_BYTES, EventEncoder, encode_batch, event_id, event_size, interpret, settle
+from ferry.worker.batch import (
+    MAX_ANSWER_BYTES,
+    EventEncoder,
+    distinct_id_runs,
+    encode_batch,
+    event_id,
+    event_size,
+    interpret,
+    settle,
+)
 from ferry.worker.delivery import DeliveryPort, count_again, leased, observe_latency
 from ferry.worker.push import Record
 from ferry.worker.retry import parse_retry_after
@@ -146,6 +159,12 @@ class BatchDelivery:
         first taken (not a part of a split one): returns the batch its acknowledgement let start."""
         runner = self._runner
         ctx = runner.ctx
+        if runner.ref.topic == runner.sub.retry_topic and len(records) > 1:
+            runs = distinct_id_runs([event_id(r) for r in _as_first_read(records, runner.ref.cluster)[0]])
+            if len(runs) > 1:  # two copies of one record: never one id twice in a batch
+                for i, j in runs:
+                    await self._see_through(records[i:j], pushes[i:j], charged[i:j])
+                return None
         while records:
             await leased(runner)
             if any(pushes):

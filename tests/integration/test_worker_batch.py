@@ -374,3 +374,56 @@ def _offsets(n: int, keys: int, parts: int) -> list[tuple[int, int]]:
         out.append((i, next_offset[p]))
         next_offset[p] += 1
     return out
+
+
+def test_two_redriven_copies_of_one_record_never_share_a_batch(
+    tmp_path: Path, kafka_bootstrap: str, endpoint: EndpointRecorder
+) -> None:
+    # A dead letter redriven, dead-lettered again and redriven again: two records of the retry
+    # topic with the same first-read place, so the same event id. In one batch the endpoint's
+    # per-record results named that id twice and Ferry took the answer as malformed (retried,
+    # then dead-lettered, although every record was answered 200).
+    topic, offsets_topic = f"bdup-{secrets.token_hex(3)}", f"__offsets-{secrets.token_hex(3)}"
+    name = f"bdup{secrets.token_hex(3)}"
+    create_topic(kafka_bootstrap, topic, 1)
+    create_topic(kafka_bootstrap, f"{name}.retry", 1)
+    dead_letter = [
+        ("x-own", b"1"),
+        ("ferry-error", b"endpoint answered 500"),
+        ("ferry-attempts", b"2"),
+        ("ferry-source-topic", topic.encode()),
+        ("ferry-source-partition", b"0"),
+        ("ferry-source-offset", b"5"),
+        ("ferry-source-timestamp", b"1700000000000"),
+    ]
+    for dl_offset in (0, 1, 2):  # the third: another record, so a batch of three ids, one repeated
+        headers = [*dead_letter, ("ferry-redriven-from", f"0/{dl_offset}".encode())]
+        if dl_offset == 2:
+            headers = [(k, b"6" if k == "ferry-source-offset" else v) for k, v in headers]
+        produce(kafka_bootstrap, f"{name}.retry", [(b"k", b'{"n": 1}', 0)], headers=headers)
+    log = BatchLog(status_of=lambda e: 200)
+    endpoint.script = log
+    sub = {
+        "name": name,
+        "topics": [topic],
+        "endpoint": {"url": endpoint.url},
+        "batch": {"max_records": 10},
+        "retry": {"max_attempts": 2, "initial_backoff_ms": 10, "max_backoff_ms": 50},
+    }
+    parts = [{"subscription": name, "topic": f"{name}.retry", "partition": 0}]
+    w = static_worker(tmp_path, "wbdup", kafka_bootstrap, offsets_topic, [sub], partitions=parts).start()
+    try:
+        w.wait_ready(30)
+        stats = until(
+            lambda: [s for s in w.stats() if s["delivered"] + s["dead_lettered"] == 3] or None,
+            timeout_s=60,
+            what="the three redriven records settled",
+        )
+        assert stats[0]["dead_lettered"] == 0 and stats[0]["delivered"] == 3
+    finally:
+        w.stop()
+    for events in log.batches:
+        ids = [e["id"] for e in events]
+        assert len(ids) == len(set(ids)), ids
+    assert sorted(e.id for e in log.snapshot()) == [f"{topic}/0/5", f"{topic}/0/5", f"{topic}/0/6"]
+    assert all(e.attempt == 1 for e in log.snapshot())

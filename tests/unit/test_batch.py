@@ -13,7 +13,16 @@ import pytest
 
 import ferry.worker.batch as batch_module
 from ferry.subscription import RetryPolicySpec
-from ferry.worker.batch import EventEncoder, Verdict, encode_batch, event_id, interpret, is_json, settle
+from ferry.worker.batch import (
+    EventEncoder,
+    Verdict,
+    distinct_id_runs,
+    encode_batch,
+    event_id,
+    interpret,
+    is_json,
+    settle,
+)
 from ferry.worker.push import Record
 from ferry.worker.retry import RetryPolicy
 from ferry.worker.window import Window
@@ -401,3 +410,28 @@ def test_time_of_a_record_just_before_the_epoch(encode: Encode) -> None:
     """A timestamp of -1 ms (second -1) is formatted, not taken for the encoder's "no second yet"."""
     event = one_event(encode, EventEncoder("c", "s"), rec(ts=-1), 1)
     assert event["time"] == "1969-12-31T23:59:59.999Z"
+
+
+@pytest.mark.parametrize(
+    ("ids", "runs"),
+    [
+        ([], [(0, 0)]),
+        (["a"], [(0, 1)]),
+        (["a", "b", "c"], [(0, 3)]),
+        (["a", "a"], [(0, 1), (1, 2)]),
+        (["a", "b", "a", "c"], [(0, 2), (2, 4)]),
+        (["a", "b", "b", "a"], [(0, 2), (2, 4)]),
+        (["a", "a", "a"], [(0, 1), (1, 2), (2, 3)]),
+    ],
+)
+def test_distinct_id_runs(ids: list[str], runs: list[tuple[int, int]]) -> None:
+    assert distinct_id_runs(ids) == runs
+    for i, j in runs:  # in order, covering every id once, none repeated within a run
+        assert len(set(ids[i:j])) == j - i
+    assert [k for i, j in runs for k in range(i, j)] == list(range(len(ids)))
+
+
+def test_a_results_answer_cannot_name_a_repeated_id() -> None:
+    # Why a batch must never carry one id twice: a correct answer reads as malformed.
+    body = json.dumps({"results": [{"id": "t/0/5", "status": 200}, {"id": "t/0/5", "status": 200}]}).encode()
+    assert interpret(200, body, False, ["t/0/5", "t/0/5"]).kind == "malformed"
