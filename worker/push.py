@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import quote
@@ -133,6 +133,18 @@ def cloudevent_headers(
     return headers
 
 
+def with_endpoint_headers(headers: dict[str, str], endpoint: Mapping[str, str]) -> dict[str, str]:
+    """``headers`` with the subscription's own ``endpoint.headers`` added: a record header of the
+    same name in any letter case gives way, so the endpoint receives the configured value once
+    (not the producer's ``authorization`` beside the subscription's ``Authorization``)."""
+    if not endpoint:
+        return headers
+    taken = {name.lower() for name in endpoint}
+    out = {k: v for k, v in headers.items() if k.lower() not in taken}
+    out.update(endpoint)
+    return out
+
+
 class PushResult(NamedTuple):
     """What one push came to (a tuple, like :class:`worker.http1.Answer`: one per request)."""
 
@@ -204,9 +216,9 @@ class PushClient:
         ck = (sub.name, record.topic, record.partition, record.headers, kafka_cluster)
         found = self._constant.get(ck)
         if found is None or found[0] is not sub:
-            headers = cloudevent_headers(record, self.cluster, sub.name, attempt, kafka_cluster)
-            if sub.endpoint.headers:
-                headers.update(sub.endpoint.headers)
+            headers = with_endpoint_headers(
+                cloudevent_headers(record, self.cluster, sub.name, attempt, kafka_cluster), sub.endpoint.headers
+            )
             for name in _PER_RECORD:
                 headers.pop(name, None)
             if len(self._constant) >= _CACHE_MAX:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from ferry.worker.push import Record, cloudevent_headers, rfc3339_ms
+from ferry.worker.push import Record, cloudevent_headers, rfc3339_ms, with_endpoint_headers
 
 
 def test_contract_headers() -> None:
@@ -88,6 +88,11 @@ def _lines(raw: bytes) -> list[bytes]:
         ),
         (Record("t", 0, 0, None, None), 7, {"Authorization": "Bearer x", "X-Team": "billing"}),
         (Record("t", 11, 9, b"", b"v", [("trace-id", b"abc"), ("bin", b"\x00\xff"), ("ce-id", b"spoof")], -1), 2, {}),
+        (
+            Record("t", 0, 1, b"k", b"v", [("authorization", b"Bearer producer"), ("x-a", b"1")]),
+            1,
+            {"Authorization": "s"},
+        ),
     ],
 )
 def test_header_lines_are_the_contract_headers_encoded(
@@ -106,8 +111,7 @@ def test_header_lines_are_the_contract_headers_encoded(
     client = PushClient(EndpointPolicy(), "c")
     later = Record(record.topic, record.partition, record.offset + 5, b"other", record.value, record.headers, 1)
     for r in (record, later, record):
-        expected = cloudevent_headers(r, "c", "s", attempt)
-        expected.update(sub.endpoint.headers)
+        expected = with_endpoint_headers(cloudevent_headers(r, "c", "s", attempt), sub.endpoint.headers)
         assert _lines(client.header_lines(sub, r, attempt)) == _lines(encode_header_lines(expected))
     # An edited subscription (new object) is not served the old one's lines.
     edited = parse(
@@ -116,3 +120,24 @@ def test_header_lines_are_the_contract_headers_encoded(
     expected = cloudevent_headers(record, "c", "s", attempt)
     expected.update({"X-New": "1"})
     assert _lines(client.header_lines(edited, record, attempt)) == _lines(encode_header_lines(expected))
+
+
+def test_endpoint_headers_win_over_record_headers_of_the_same_name() -> None:
+    """The subscription's header reaches the endpoint once, whatever case a record's header of the
+    same name has (before, both went: a producer's ``authorization`` beside the configured one)."""
+    from ferry.netguard import EndpointPolicy
+    from ferry.subscription import parse
+    from ferry.worker.push import PushClient
+
+    sub = parse(
+        {
+            "name": "s",
+            "topics": ["t"],
+            "endpoint": {"url": "http://127.0.0.1:1/x", "headers": {"Authorization": "Bearer configured"}},
+        }
+    )
+    r = Record("t", 0, 0, None, b"", [("authorization", b"Bearer producer"), ("X-Trace", b"1")])
+    lines = _lines(PushClient(EndpointPolicy(), "c").header_lines(sub, r, 1))
+    auth = [line for line in lines if line.lower().startswith(b"authorization:")]
+    assert auth == [b"Authorization: Bearer configured"]
+    assert b"X-Trace: 1" in lines
