@@ -157,6 +157,8 @@ async def read_json(request: web.Request) -> Any:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"body is not valid JSON: {exc}", "body") from None
+    except RecursionError:  # "[[[[…" thousands deep: the parser's stack, not the server, gives up
+        raise ApiError(400, "body is nested too deeply to read", "body") from None
 
 
 def digits(raw: str) -> bool:

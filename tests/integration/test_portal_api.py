@@ -273,3 +273,18 @@ async def test_replay_refuses_a_body_that_is_not_an_object(api: TestClient) -> N
     r = await api.get("/api/v1/audit", headers=h(ADMIN))
     entries = (await r.json())["entries"]
     assert not [e for e in entries if e["action"] == "dead_letters.replay" and e["target"] == "replay-body"]
+
+
+async def test_a_body_nested_too_deeply_is_a_400(api: TestClient) -> None:
+    # json.loads raises RecursionError (not ValueError) thousands of levels deep: it answered 500.
+    deep = b"[" * 30000 + b"]" * 30000
+    for method, path in [
+        ("POST", "/api/v1/subscriptions"),
+        ("PUT", "/api/v1/subscriptions/deep"),
+        ("POST", "/api/v1/tokens"),
+    ]:
+        r = await api.request(method, path, data=deep, headers={**h(ADMIN), "Content-Type": "application/json"})
+        assert r.status == 400, (path, await r.text())
+        assert (await r.json())["field"] == "body"
+    r = await api.get("/api/v1/subscriptions/deep", headers=h(ADMIN))
+    assert r.status == 404
