@@ -116,16 +116,23 @@ class EndpointPolicy:
         return addresses
 
 
-def http_url(value: Any, field: str, purpose: str, credentials_hint: str) -> str:
+def http_url(value: Any, field: str, purpose: str, credentials_hint: str, *, stored: bool = False) -> str:
     """``value`` as a URL Ferry sends requests to (an endpoint's, a transaction's ``check_url``),
     before its host is checked: http or https, a host, a valid port, no credentials — requests are
     never sent with the ``user:password@`` of a URL, so one that carries them is refused rather
     than silently stripped (``credentials_hint`` says what to do instead). Raises
-    :class:`ValidationError` on ``field``; ``purpose`` ends "the http(s) URL …"."""
+    :class:`ValidationError` on ``field``; ``purpose`` ends "the http(s) URL …".
+
+    Spaces and control characters are refused: the request line would carry them as they are
+    (``POST /hook  HTTP/1.1`` for a pasted trailing space), which a strict server answers 400, so
+    every record would be dead-lettered. ``stored``: a URL Ferry saved before this check keeps
+    loading."""
     if not isinstance(value, str) or not value:
         raise ValidationError(field, f"is required: the http(s) URL {purpose}")
     if len(value) > MAX_URL:
         raise ValidationError(field, f"must be at most {MAX_URL} characters")
+    if not stored and any(c <= " " or c == "\x7f" for c in value):
+        raise ValidationError(field, "must not contain spaces or control characters; percent-encode them (%20)")
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https"):
         raise ValidationError(field, "must use http or https")

@@ -248,8 +248,10 @@ def _topic(value: Any, path: str) -> str:
     return value
 
 
-def _url(value: Any) -> str:
-    return netguard.http_url(value, "endpoint.url", "records are pushed to", "use endpoint.headers instead")
+def _url(value: Any, stored: bool) -> str:
+    return netguard.http_url(
+        value, "endpoint.url", "records are pushed to", "use endpoint.headers instead", stored=stored
+    )
 
 
 def _headers(value: Any, previous: Mapping[str, str] | None) -> dict[str, str]:
@@ -358,7 +360,7 @@ def parse(
     ep = _obj(doc.get("endpoint"), "endpoint")
     _no_extra(ep, frozenset({"url", "timeout_ms", "headers"}), "endpoint.")
     endpoint = Endpoint(
-        url=_url(ep.get("url")),
+        url=_url(ep.get("url"), stored),
         timeout_ms=_int_in(ep, "timeout_ms", "endpoint.timeout_ms", 5000, 100, 600_000),
         headers=_headers(ep.get("headers"), previous.endpoint.headers if previous else None),
     )

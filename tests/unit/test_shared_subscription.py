@@ -62,6 +62,11 @@ def test_round_trip_unmasked() -> None:
         (with_(endpoint__url=""), "endpoint.url"),
         (with_(endpoint__url="http://user:pw@x/"), "endpoint.url"),
         (with_(endpoint__url="http://x:99999/"), "endpoint.url"),
+        (with_(endpoint__url="http://x/hook "), "endpoint.url"),  # a pasted trailing space
+        (with_(endpoint__url=" http://x/hook"), "endpoint.url"),
+        (with_(endpoint__url="http://x/a b"), "endpoint.url"),
+        (with_(endpoint__url="http://x/a\r\nX-B: 1"), "endpoint.url"),
+        (with_(endpoint__url="http://x/a\tb"), "endpoint.url"),
         (with_(endpoint__timeout_ms=5), "endpoint.timeout_ms"),
         (with_(endpoint__timeout_ms="5000"), "endpoint.timeout_ms"),
         (with_(endpoint__headers={"bad name": "v"}), "endpoint.headers.bad name"),
@@ -85,6 +90,14 @@ def test_invalid_documents_name_the_field(doc: Any, field: str) -> None:
     with pytest.raises(ValidationError) as err:
         parse(doc)
     assert err.value.field == field
+
+
+def test_a_stored_url_with_a_space_keeps_loading() -> None:
+    # Refused for new documents; one stored before the check must not make the subscription unloadable.
+    from ferry.subscription import from_trusted
+
+    assert from_trusted(with_(endpoint__url="http://x/hook ")).endpoint.url == "http://x/hook "
+    assert parse(with_(endpoint__url="http://x/a%20b?q=1")).endpoint.url == "http://x/a%20b?q=1"
 
 
 def test_masked_header_keeps_stored_secret() -> None:
