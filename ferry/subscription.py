@@ -397,6 +397,13 @@ def parse(
     dlq = _topic(dlq, "dead_letter_topic")
     if dlq in parsed_topics:
         raise ValidationError("dead_letter_topic", "must differ from the subscribed topics")
+    if not (stored or internal) and (dlq.startswith("__") or dlq == f"{name}.retry"):
+        # An internal topic (__consumer_offsets refuses writes: the record would never settle;
+        # __ferry_offsets would take dead letters as offset state) or the retry topic (its dead
+        # letters would be pushed again, failing in a loop).
+        raise ValidationError(
+            "dead_letter_topic", f"must not be an internal topic (starting with '__') or the retry topic {name}.retry"
+        )
     return Subscription(
         name=name,
         topics=parsed_topics,

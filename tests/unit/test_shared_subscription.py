@@ -81,6 +81,9 @@ def test_round_trip_unmasked() -> None:
         ({**MINIMAL, "retry": {"max_attempts": 0}}, "retry.max_attempts"),
         ({**MINIMAL, "retry": {"initial_backoff_ms": 500, "max_backoff_ms": 100}}, "retry.max_backoff_ms"),
         ({**MINIMAL, "dead_letter_topic": "orders"}, "dead_letter_topic"),
+        ({**MINIMAL, "dead_letter_topic": "__ferry_offsets"}, "dead_letter_topic"),
+        ({**MINIMAL, "dead_letter_topic": "__consumer_offsets"}, "dead_letter_topic"),
+        ({**MINIMAL, "dead_letter_topic": "orders-to-billing.retry"}, "dead_letter_topic"),
         ({**MINIMAL, "start_from": "middle"}, "start_from"),
         ({**MINIMAL, "state": "deleted"}, "state"),
         ({**MINIMAL, "colour": "blue"}, "colour"),
@@ -98,6 +101,13 @@ def test_a_stored_url_with_a_space_keeps_loading() -> None:
 
     assert from_trusted(with_(endpoint__url="http://x/hook ")).endpoint.url == "http://x/hook "
     assert parse(with_(endpoint__url="http://x/a%20b?q=1")).endpoint.url == "http://x/a%20b?q=1"
+
+
+def test_a_stored_internal_dead_letter_topic_keeps_loading() -> None:
+    from ferry.subscription import from_trusted
+
+    assert from_trusted({**MINIMAL, "dead_letter_topic": "__x.dlq"}).dead_letter_topic == "__x.dlq"
+    assert parse({**MINIMAL, "dead_letter_topic": "orders_dlq.__x"}).dead_letter_topic == "orders_dlq.__x"
 
 
 def test_masked_header_keeps_stored_secret() -> None:
