@@ -215,9 +215,11 @@ def delivered_headers(headers: list[tuple[str, bytes | None]]) -> list[tuple[str
 
 def check_delay(due_ms: int, now_ms: int) -> None:
     """A due time more than ``MAX_DELAY_MS`` ahead is refused; a due time in the past means now."""
-    if due_ms - now_ms > MAX_DELAY_MS:
+    ahead = due_ms - now_ms
+    if ahead > MAX_DELAY_MS:
         raise InvalidSchedule(
-            f"due {due_ms} is {(due_ms - now_ms) / 86_400_000:.1f} days ahead; delays up to 90 days are accepted"
+            f"due {due_ms} is {ahead:,} ms ahead, {ahead - MAX_DELAY_MS:,} ms more than the longest delay "
+            f"accepted, 90 days ({MAX_DELAY_MS:,} ms); schedule it at most 90 days ahead"
         )
 
 

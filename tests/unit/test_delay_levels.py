@@ -217,8 +217,12 @@ def test_a_delivered_record_keeps_its_headers_and_deliver_at_but_not_its_routing
 def test_check_delay_accepts_up_to_90_days_and_the_past() -> None:
     delay.check_delay(0, 10**12)  # in the past: deliver now
     delay.check_delay(10**12 + 90 * DAY, 10**12)
-    with pytest.raises(InvalidSchedule, match="90 days"):
+    with pytest.raises(InvalidSchedule, match="90 days") as refused:
         delay.check_delay(10**12 + 90 * DAY + 1, 10**12)
+    # 1 ms over: the message says by how much, not "90.0 days ahead; up to 90 days are accepted"
+    assert "7,776,000,001 ms ahead, 1 ms more than the longest delay accepted, 90 days (7,776,000,000 ms)" in str(
+        refused.value
+    )
 
 
 # --- the delay store's sink in virtual time: a long delay cascades through the levels ------------
