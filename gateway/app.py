@@ -426,12 +426,29 @@ def _route(method: str, path: str) -> tuple[Route, str]:
             param, slash, verb = path[len(_TXN) :].partition("/")
             routes = (_TXN_VERBS.get(verb) if slash else _TXN_GET) if param else None
     if routes is None:
-        raise HttpError(404)
+        raise HttpError(404, f"no route {_shown(path)}; the gateway's routes are {_ROUTES}")
     route = routes.get("GET" if method == "HEAD" else method)
     if route is None:
-        allowed = set(routes) | ({"HEAD"} if "GET" in routes else set())
-        raise HttpError(405, headers={"Allow": ",".join(sorted(allowed))})
+        allowed = sorted(set(routes) | ({"HEAD"} if "GET" in routes else set()))
+        raise HttpError(
+            405,
+            f"{_shown(method)} is not allowed on {_shown(path)}; use {' or '.join(allowed)}",
+            headers={"Allow": ",".join(allowed)},
+        )
     return route, param
+
+
+_ROUTES = (
+    "POST /api/v1/topics/{topic}/records, POST /v1/kafka/send, POST /api/v1/transactions, "
+    "GET /api/v1/transactions/{id}, POST /api/v1/transactions/{id}/commit or /rollback, GET /healthz, "
+    "GET /metrics and GET /api/v1/openapi.json"
+)
+"""What a 404 lists, so that a client with a wrong path sees the right one."""
+
+
+def _shown(text: str, limit: int = 200) -> str:
+    """``text`` as an error message quotes it: at most ``limit`` characters."""
+    return text if len(text) <= limit else text[:limit] + "…"
 
 
 __all__ = ["ApiError", "Busy", "Gateway", "create_handler", "create_refusal"]

@@ -67,6 +67,20 @@ def test_wrong_methods_are_405_with_allow(method: str, path: str, allow: set[str
         app._route(method, path)
     assert raised.value.status == 405
     assert set(raised.value.headers["Allow"].split(",")) == allow
+    # the message says what to use instead, not only "Method Not Allowed"
+    assert raised.value.message == f"{method} is not allowed on {path}; use {' or '.join(sorted(allow))}"
+
+
+def test_a_404_names_the_path_and_the_routes_there_are() -> None:
+    with pytest.raises(HttpError) as raised:
+        app._route("POST", "/api/v1/topics/orders")  # the record route without its /records
+    assert raised.value.status == 404
+    message = raised.value.message
+    assert message.startswith("no route /api/v1/topics/orders; the gateway's routes are ")
+    assert "POST /api/v1/topics/{topic}/records" in message and "POST /v1/kafka/send" in message
+    with pytest.raises(HttpError) as long_path:
+        app._route("GET", "/" + "x" * 10_000)
+    assert len(long_path.value.message) < 600  # a long path is cut, not echoed whole
 
 
 def test_every_path_of_the_openapi_document_is_routed() -> None:
