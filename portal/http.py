@@ -75,8 +75,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except ValidationError as exc:
         response = error(400, exc.message, exc.field)
     except web.HTTPRequestEntityTooLarge:
-        limit = request.app[SETTINGS].portal.max_body_bytes
-        response = error(413, f"request body is larger than {limit} bytes", "body")
+        response = error(413, too_large(request.app[SETTINGS].portal.max_body_bytes), "body")
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -146,10 +145,15 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
     return response
 
 
+def too_large(limit: int) -> str:
+    """A 413's message: the limit and the setting that holds it (the gateway says the same)."""
+    return f"the body is over FERRY_MAX_BODY_BYTES ({limit:,} bytes); send a smaller one or raise that setting"
+
+
 async def read_json(request: web.Request) -> Any:
     limit = request.app[SETTINGS].portal.max_body_bytes
     if request.content_length is not None and request.content_length > limit:
-        raise ApiError(413, f"request body is larger than {limit} bytes", "body")
+        raise ApiError(413, too_large(limit), "body")
     raw = await request.read()
     if not raw:
         return {}

@@ -82,6 +82,8 @@ async def test_crud_and_errors(api: TestClient) -> None:
     assert r.status == 400 and (await r.json())["field"] == "body"
     r = await api.post("/api/v1/subscriptions", data=b"x" * 70000, headers=h(ADMIN))
     assert r.status == 413
+    # it names the setting to change, as the gateway's 413 does
+    assert (await r.json())["error"].startswith("the body is over FERRY_MAX_BODY_BYTES (65,536 bytes)")
 
     r = await api.get("/api/v1/subscriptions/nope", headers=h(ADMIN))
     assert r.status == 404
