@@ -275,8 +275,13 @@ async def record_trace(request: web.Request) -> web.Response:
     except ConfigError as exc:
         raise ApiError(404, str(exc), "cluster") from None
     counts = await asyncio.to_thread(view.partition_counts, [topic])
-    if partition >= counts.get(topic, 0):
-        raise ApiError(404, f"topic {topic!r} has no partition {partition}", "partition")
+    if topic not in counts:
+        raise ApiError(
+            404, f"topic {topic!r} does not exist (yet) in Kafka cluster {kafka_cluster!r}: it has no records", "topic"
+        )
+    if partition >= counts[topic]:
+        have = "its only partition is 0" if counts[topic] == 1 else f"its partitions are 0-{counts[topic] - 1}"
+        raise ApiError(404, f"topic {topic!r} has no partition {partition}: {have}", "partition")
     try:
         answer = await asyncio.to_thread(trace_record, view, sub, topic, partition, offset, kafka_cluster)
     except ClusterBusy as exc:

@@ -95,6 +95,21 @@ def test_every_state_of_the_trace(tmp_path: Path, endpoint: EndpointRecorder) ->
             "cluster",  # docs/contract.md §13: the Kafka cluster, "default" here
         }
         assert trace("tr", 0)["cluster"] == "default"
-        assert api.get(f"/api/v1/subscriptions/tr/records/{topic}/7/0").status_code == 404
+        no_partition = api.get(f"/api/v1/subscriptions/tr/records/{topic}/7/0")
+        assert no_partition.status_code == 404
+        assert no_partition.json() == {
+            "error": f"topic {topic!r} has no partition 7: its only partition is 0",
+            "field": "partition",
+        }
+        # a topic the subscription reads that does not exist: said so, not "has no partition 0"
+        ghost = f"ghost-{secrets.token_hex(3)}"
+        ghost_doc = {**paused, "name": "tr-ghost", "topics": [ghost]}
+        assert api.post("/api/v1/subscriptions", json=ghost_doc).status_code == 201
+        missing = api.get(f"/api/v1/subscriptions/tr-ghost/records/{ghost}/0/0")
+        assert missing.status_code == 404
+        assert missing.json() == {
+            "error": f"topic {ghost!r} does not exist (yet) in Kafka cluster 'default': it has no records",
+            "field": "topic",
+        }
         assert api.get("/api/v1/subscriptions/tr/records/other/0/0").status_code == 404
         assert api.get(f"/api/v1/subscriptions/tr/records/{topic}/0/x").status_code == 400
