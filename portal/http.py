@@ -79,7 +79,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        response = error(exc.status, exc.reason)
+        response = error(exc.status, _http_message(request, exc))
         if "Allow" in exc.headers:  # 405 must say what is allowed (RFC 9110)
             response.headers["Allow"] = exc.headers["Allow"]
     except FerryError as exc:
@@ -143,6 +143,16 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
     m["requests"].labels(request.method, route, str(response.status)).inc()
     m["latency"].labels(route).observe(time.monotonic() - started)
     return response
+
+
+def _http_message(request: web.Request, exc: web.HTTPException) -> str:
+    """What a 404 or 405 of the router says: the path, and where the right one is found."""
+    path = request.path if len(request.path) <= 200 else request.path[:200] + "…"
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        return f"{request.method} is not allowed on {path}; use {' or '.join(sorted(exc.allowed_methods))}"
+    if isinstance(exc, web.HTTPNotFound) and path.startswith("/api/"):
+        return f"no route {path}; GET /api/v1/openapi.json lists the API's routes"
+    return exc.reason
 
 
 def too_large(limit: int) -> str:

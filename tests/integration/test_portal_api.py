@@ -111,6 +111,18 @@ async def test_crud_and_errors(api: TestClient) -> None:
     assert r.status == 404
 
 
+async def test_a_wrong_path_or_method_says_what_to_use(api: TestClient) -> None:
+    r = await api.get("/api/v1/subscription", headers=h(ADMIN))  # a typo of /subscriptions
+    assert r.status == 404
+    assert await r.json() == {
+        "error": "no route /api/v1/subscription; GET /api/v1/openapi.json lists the API's routes",
+        "field": None,
+    }
+    r = await api.put("/api/v1/tokens", headers=h(ADMIN), json={})
+    assert r.status == 405 and set(r.headers["Allow"].split(",")) == {"GET", "HEAD", "POST"}
+    assert await r.json() == {"error": "PUT is not allowed on /api/v1/tokens; use GET or HEAD or POST", "field": None}
+
+
 async def test_batch_option_is_accepted_returned_and_cleared(api: TestClient) -> None:
     r = await api.post("/api/v1/subscriptions", json=sub("batch-a", batch={"max_records": 500}), headers=h(ADMIN))
     assert r.status == 201, await r.text()
