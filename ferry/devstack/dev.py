@@ -157,13 +157,14 @@ class DevStack:
         a = self.args
         if a.workers < 1:
             raise ConfigError("--workers", "must be at least 1")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "state.json").unlink(missing_ok=True)
         topics = [parse_topic(t) for t in getattr(a, "topic", [])]  # refused before anything starts
         zk_port = _port(a.zk_port, "--zk-port")
         kafka_port = _port(a.kafka_port, "--kafka-port")
         portal_port = _port(a.portal_port, "--portal-port")
         gateway_port = _port(a.gateway_port, "--gateway-port")
+        # Only now: a run refused for a busy port must leave the running stack's state.json alone.
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "state.json").unlink(missing_ok=True)
         zk = embedded.zookeeper(self.dir / "zookeeper", zk_port)
         broker = embedded.kafka_broker(self.dir / "kafka", kafka_port)
         for p in (zk, broker):

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
+from ferry import config
 from ferry.cli import _parser as build_parser
 from ferry.devstack import dev, embedded
 from ferry.errors import ConfigError
@@ -152,3 +154,18 @@ def test_topic_flag(text: str, expected: tuple[str, int]) -> None:
 def test_a_bad_topic_flag_is_refused_naming_it(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=f"--topic: .*{message}"):
         dev.parse_topic(text)
+
+
+def test_a_busy_port_leaves_the_running_stacks_state_alone(tmp_path: Path) -> None:
+    """A second ``ferry dev`` on the same data directory, refused for a busy port, must not delete
+    the state.json of the stack that is running there."""
+    state = tmp_path / "state.json"
+    state.write_text('{"portal_url": "http://127.0.0.1:8080"}')
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        args = build_parser().parse_args(["dev", "--data-dir", str(tmp_path), "--zk-port", str(taken)])
+        with pytest.raises(ConfigError, match=r"--zk-port: port .* is already in use"):
+            dev.DevStack(config.load(env={}), args).start()
+    assert state.read_text() == '{"portal_url": "http://127.0.0.1:8080"}'
