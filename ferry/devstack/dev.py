@@ -153,6 +153,15 @@ class DevStack:
         proc.start()
         return child
 
+    def service_argv(self, command: str) -> list[str]:
+        """How a Ferry service is started: with ``ferry dev``'s own ``--config`` file, if any, so
+        the file's settings reach every service (the environment ``ferry dev`` gives it still wins)."""
+        argv = ["-m", "ferry.cli", command]
+        config_file = getattr(self.args, "config", None)
+        if config_file:
+            argv += ["--config", str(Path(config_file).resolve())]
+        return argv
+
     def start(self) -> None:
         a = self.args
         if a.workers < 1:
@@ -197,12 +206,12 @@ class DevStack:
             "FERRY_TOPIC_POLL_MS": "2000",
             "FERRY_ZK_SESSION_TIMEOUT_MS": "6000",
         }
-        self._python("coordinator", ["-m", "ferry.cli", "coordinator"], env)
+        self._python("coordinator", self.service_argv("coordinator"), env)
         for i in range(1, a.workers + 1):
             wid = f"worker-{i}"
-            self._python("worker", ["-m", "ferry.cli", "worker"], {**env, "FERRY_WORKER_ID": wid}, wid)
-        self._python("portal", ["-m", "ferry.cli", "portal"], env)
-        self._python("gateway", ["-m", "ferry.cli", "gateway"], env)
+            self._python("worker", self.service_argv("worker"), {**env, "FERRY_WORKER_ID": wid}, wid)
+        self._python("portal", self.service_argv("portal"), env)
+        self._python("gateway", self.service_argv("gateway"), env)
         portal_url = f"http://127.0.0.1:{portal_port}"
         gateway_url = f"http://127.0.0.1:{gateway_port}"
         self.state = {

@@ -202,3 +202,20 @@ def test_failing_delivery_shows_in_the_console(tmp_path: Path, endpoint: Endpoin
         until(lambda: "broken: failing" in stack.log.read_text(), timeout_s=60, what="a failing line in the console")
         line = next(x for x in stack.log.read_text().splitlines() if "broken: failing" in x)
         assert "retries" in line and "logs" in line
+
+
+def test_the_config_file_of_ferry_dev_reaches_every_service(tmp_path: Path) -> None:
+    """``ferry dev --config ferry.toml``: the file's settings hold in the services it starts, as they
+    would set in the environment (here the portal's endpoint policy and the gateway's delay topic)."""
+    toml = tmp_path / "ferry.toml"
+    toml.write_text('endpoint_allow = "10.0.0.0/8"\ndelay_topic = "dev_config_delay"\n')
+    with DevStack(tmp_path, workers=1, args=["--config", str(toml), "--topic", "orders"]) as stack:
+        s = stack.state
+        headers = {"Authorization": f"Bearer {s['admin_token']}"}
+        doc = {"name": "local", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}}
+        r = httpx.post(f"{s['portal_url']}/api/v1/subscriptions", json=doc, headers=headers, timeout=10)
+        assert r.status_code == 400 and r.json()["field"] == "endpoint.url", r.text
+        records = {"records": [{"value": 1, "delay_ms": 600_000}]}
+        r = httpx.post(f"{s['gateway_url']}/api/v1/topics/orders/records", json=records, headers=headers, timeout=10)
+        assert r.status_code == 200, r.text
+        assert r.json()["results"][0]["id"].startswith("dev_config_delay/"), r.text

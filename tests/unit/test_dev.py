@@ -169,3 +169,17 @@ def test_a_busy_port_leaves_the_running_stacks_state_alone(tmp_path: Path) -> No
         with pytest.raises(ConfigError, match=r"--zk-port: port .* is already in use"):
             dev.DevStack(config.load(env={}), args).start()
     assert state.read_text() == '{"portal_url": "http://127.0.0.1:8080"}'
+
+
+@pytest.mark.parametrize("argv", [["--config", "ferry.toml", "dev"], ["dev", "--config", "ferry.toml"]])
+def test_services_get_the_config_file_of_ferry_dev(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    stack = dev.DevStack(config.load(env={}), build_parser().parse_args(argv))
+    assert stack.service_argv("worker") == ["-m", "ferry.cli", "worker", "--config", str(tmp_path / "ferry.toml")]
+
+
+def test_services_without_a_config_file() -> None:
+    stack = dev.DevStack(config.load(env={}), build_parser().parse_args(["dev"]))
+    assert stack.service_argv("portal") == ["-m", "ferry.cli", "portal"]
