@@ -425,6 +425,7 @@ def _validate(s: Settings) -> None:
     if s.gateway.txn_linger_ms < 0:
         raise ConfigError("FERRY_TXN_LINGER_MS", "must be >= 0")
     for name, topic in (
+        ("FERRY_OFFSETS_TOPIC", s.kafka.offsets_topic),
         ("FERRY_DELAY_TOPIC", s.kafka.delay_topic),
         ("FERRY_TXN_TOPIC", s.kafka.txn_topic),
         ("FERRY_IDEMPOTENCY_TOPIC", s.kafka.idempotency_topic),

@@ -43,6 +43,8 @@ def test_env_wins_over_file(tmp_path: Path) -> None:
         ({"FERRY_LOG_FORMAT": "xml"}, "FERRY_LOG_FORMAT"),
         ({"FERRY_TXN_LINGER_MS": "-1"}, "FERRY_TXN_LINGER_MS"),
         ({"FERRY_KAFKA_BOOTSTRAP": ""}, "FERRY_KAFKA_BOOTSTRAP"),
+        ({"FERRY_OFFSETS_TOPIC": ""}, "FERRY_OFFSETS_TOPIC"),
+        ({"FERRY_OFFSETS_TOPIC": "offsets/of ferry"}, "FERRY_OFFSETS_TOPIC"),
     ],
 )
 def test_bad_values_name_the_setting(env: dict[str, str], setting: str) -> None:
