@@ -329,3 +329,31 @@ def test_subscriptions_are_applied_by_a_hook_only_when_listed() -> None:
         d for d in render(without_prune) if d["kind"] == "Job" and d["metadata"]["name"] == "ferry-subscriptions"
     )
     assert "--prune" not in containers(job)[0]["args"]
+
+
+def _merge(into: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+def test_the_documented_install_command_renders() -> None:
+    """docs/kubernetes.md's `helm install` line, its `--set`s parsed as Helm parses them (a comma
+    separates two values unless escaped), gives a chart that renders and validates."""
+    import re
+    import shlex
+
+    doc = (CHART.parents[1] / "docs" / "kubernetes.md").read_text()
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", doc, re.S) if b.startswith("helm install"))
+    argv = shlex.split(block.replace("\\\n", " "))
+    sets = [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+    values: dict[str, Any] = {}
+    for expression in sets:
+        _merge(values, helm.parse_set_string(expression))
+    assert values["zookeeper"]["connect"] == "zk-0.zk:2181,zk-1.zk:2181,zk-2.zk:2181"
+    assert values["kafka"]["bootstrap"] and values["database"]["url"].startswith("mysql+pymysql://")
+    for manifest in render(values):
+        kubernetes_validate.validate(manifest, KUBE_VERSIONS[0], strict=True)
