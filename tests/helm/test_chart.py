@@ -149,7 +149,9 @@ def test_what_matters() -> None:
             assert sc["capabilities"]["drop"] == ["ALL"]
             assert c["resources"]["requests"] and c["resources"]["limits"]
             if d["kind"] == "Deployment":
-                assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+                # The portal's and gateway's /healthz check the database or Kafka: readiness only.
+                live = "/metrics" if c["name"] in ("portal", "gateway") else "/healthz"
+                assert c["livenessProbe"]["httpGet"]["path"] == live
                 assert c["readinessProbe"]["httpGet"]["path"] in ("/readyz", "/healthz")
         if d["kind"] == "Deployment":
             # Labels and selectors agree.
@@ -357,3 +359,15 @@ def test_the_documented_install_command_renders() -> None:
     assert values["kafka"]["bootstrap"] and values["database"]["url"].startswith("mysql+pymysql://")
     for manifest in render(values):
         kubernetes_validate.validate(manifest, KUBE_VERSIONS[0], strict=True)
+
+
+@pytest.mark.parametrize("component", ["portal", "gateway"])
+def test_a_dependency_outage_does_not_restart_the_pods(component: str) -> None:
+    """The portal's /healthz is 503 while the database is down, the gateway's while Kafka is: as a
+    liveness probe it would restart every replica into a crash loop that outlasts the outage."""
+    deployment = next(
+        d for d in render(REQUIRED) if d["kind"] == "Deployment" and d["metadata"]["name"].endswith(component)
+    )
+    (container,) = containers(deployment)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] != "/healthz"
