@@ -371,3 +371,17 @@ def test_a_dependency_outage_does_not_restart_the_pods(component: str) -> None:
     (container,) = containers(deployment)
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["livenessProbe"]["httpGet"]["path"] != "/healthz"
+
+
+def test_every_gateway_and_transaction_setting_has_a_value() -> None:
+    """FERRY_GATEWAY_* and FERRY_TXN_MAX_CHECKS (docs/operations.md) can each be set from values."""
+    from ferry.config import SETTINGS
+
+    wanted = {s.env for s in SETTINGS if s.env.startswith(("FERRY_GATEWAY_", "FERRY_TXN_"))}
+    values = {**REQUIRED, "gateway": {"readTimeoutMs": 30000, "txnMaxChecks": 4}}
+    data = next(d for d in render(values) if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "ferry")["data"]
+    assert wanted <= set(data), sorted(wanted - set(data))
+    assert (data["FERRY_GATEWAY_READ_TIMEOUT_MS"], data["FERRY_TXN_MAX_CHECKS"]) == ("30000", "4")
+    chart = helm.Chart.load(str(CHART))
+    with pytest.raises(helm.HelmError):
+        chart.validate_schema({**REQUIRED, "gateway": {"txnMaxChecks": 0}})
