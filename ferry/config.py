@@ -52,6 +52,12 @@ def _str(name: str, raw: Any) -> str:
     return str(raw)
 
 
+def _token(name: str, raw: Any) -> str:
+    """A bearer token: surrounding whitespace is no part of it (an HTTP header value cannot carry
+    it), e.g. the newline a token file mounted from a Kubernetes Secret often ends with."""
+    return str(raw).strip()
+
+
 def _csv(name: str, raw: Any) -> tuple[str, ...]:
     items = raw if isinstance(raw, list | tuple) else str(raw).split(",")
     return tuple(str(i).strip() for i in items if str(i).strip())
@@ -269,7 +275,7 @@ class PortalSettings:
     """Address the portal listens on."""
     port: int = setting("FERRY_PORTAL_PORT", 8080)
     """Port of the portal (REST API, UI, ``/metrics``, ``/healthz``)."""
-    admin_token: str = setting("FERRY_ADMIN_TOKEN", "", secret=True)
+    admin_token: str = setting("FERRY_ADMIN_TOKEN", "", parse=_token, secret=True)
     """Bootstrap admin API token; the portal refuses to start without one."""
     endpoint_allow: tuple[str, ...] = setting("FERRY_ENDPOINT_ALLOW", ())
     """CIDRs or host patterns push endpoints may target; empty = any but link-local/metadata."""

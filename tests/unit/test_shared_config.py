@@ -87,3 +87,10 @@ def test_kafka_client_config_merges_extra_settings() -> None:
     assert cfg["bootstrap.servers"] == "127.0.0.1:9092"
     assert cfg["security.protocol"] == "SASL_SSL"
     assert cfg["group.id"] == "g"
+
+
+@pytest.mark.parametrize(("raw", "token"), [("s3cret\n", "s3cret"), ("  s3cret ", "s3cret"), (" \n", "")])
+def test_the_admin_token_is_taken_without_surrounding_whitespace(raw: str, token: str) -> None:
+    """A token from a Secret's file often ends with a newline, which no Authorization header can
+    carry: kept, the portal would start with an admin token nobody can send."""
+    assert config.load(env={"FERRY_ADMIN_TOKEN": raw}).portal.admin_token == token
