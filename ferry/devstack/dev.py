@@ -93,6 +93,26 @@ def _port(value: int, flag: str) -> int:
     return value
 
 
+def resolve_ports(flags: dict[str, int]) -> dict[str, int]:
+    """The port of each flag (``{"--zk-port": 2181, ...}``) as :func:`_port` gives it, and none
+    twice: two services given the same port would have one of them fail to listen while the other
+    answers for both."""
+    given: dict[int, str] = {}
+    for flag, value in flags.items():
+        if value and value in given:
+            raise ConfigError(
+                flag, f"port {value} is also given to {given[value]}; pass another port or 0 for a free one"
+            )
+        given[value] = flag
+    out: dict[str, int] = {}
+    for flag, value in flags.items():
+        port = _port(value, flag)
+        while value == 0 and port in given:  # a free port now, but another flag's to come
+            port = _port(0, flag)
+        out[flag] = port
+    return out
+
+
 def parse_topic(text: str) -> tuple[str, int]:
     """``--topic NAME[:PARTITIONS]``: the topic to create and its partition count (default 1)."""
     name, sep, count = text.partition(":")
@@ -167,10 +187,16 @@ class DevStack:
         if a.workers < 1:
             raise ConfigError("--workers", "must be at least 1")
         topics = [parse_topic(t) for t in getattr(a, "topic", [])]  # refused before anything starts
-        zk_port = _port(a.zk_port, "--zk-port")
-        kafka_port = _port(a.kafka_port, "--kafka-port")
-        portal_port = _port(a.portal_port, "--portal-port")
-        gateway_port = _port(a.gateway_port, "--gateway-port")
+        ports = resolve_ports(
+            {
+                "--zk-port": a.zk_port,
+                "--kafka-port": a.kafka_port,
+                "--portal-port": a.portal_port,
+                "--gateway-port": a.gateway_port,
+            }
+        )
+        zk_port, kafka_port = ports["--zk-port"], ports["--kafka-port"]
+        portal_port, gateway_port = ports["--portal-port"], ports["--gateway-port"]
         # Only now: a run refused for a busy port must leave the running stack's state.json alone.
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "state.json").unlink(missing_ok=True)

@@ -183,3 +183,26 @@ def test_services_get_the_config_file_of_ferry_dev(
 def test_services_without_a_config_file() -> None:
     stack = dev.DevStack(config.load(env={}), build_parser().parse_args(["dev"]))
     assert stack.service_argv("portal") == ["-m", "ferry.cli", "portal"]
+
+
+def test_one_port_for_two_services_is_refused_naming_both(tmp_path: Path) -> None:
+    """Otherwise one service fails to listen while the other answers for both, and the stack even
+    looks ready (the portal's and gateway's /healthz answered by the same process)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    flags = {"--zk-port": 0, "--kafka-port": 0, "--portal-port": free, "--gateway-port": free}
+    with pytest.raises(ConfigError, match=f"--gateway-port: port {free} is also given to --portal-port"):
+        dev.resolve_ports(flags)
+    args = build_parser().parse_args(["dev", "--data-dir", str(tmp_path), "--portal-port", str(free)])
+    args.gateway_port = free
+    with pytest.raises(ConfigError, match="--gateway-port"):
+        dev.DevStack(config.load(env={}), args).start()
+
+
+def test_free_ports_avoid_the_ports_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    picks = iter([5001, 5002, 5003, 5004])  # 5001 is free now, but --kafka-port's
+    monkeypatch.setattr(embedded, "free_port", lambda: next(picks))
+    monkeypatch.setattr(embedded, "port_open", lambda port: False)
+    ports = dev.resolve_ports({"--zk-port": 0, "--kafka-port": 5001, "--portal-port": 0, "--gateway-port": 0})
+    assert ports == {"--zk-port": 5002, "--kafka-port": 5001, "--portal-port": 5003, "--gateway-port": 5004}
