@@ -162,7 +162,8 @@ class KafkaSettings:
     """Kafka bootstrap servers."""
     config: Mapping[str, Any] = setting("FERRY_KAFKA_CONFIG", factory=dict, parse=_json_object, secret=True)
     """Extra librdkafka settings as a JSON object (``security.protocol``, ``sasl.*``, ``ssl.*``),
-    applied to every client of the ``default`` cluster."""
+    applied to every client of the ``default`` cluster. A property or value librdkafka refuses
+    stops the process at start."""
     offsets_topic: str = setting("FERRY_OFFSETS_TOPIC", "__ferry_offsets")
     """The log-compacted topic holding each partition's merged offset state (created if missing;
     one in each Kafka cluster)."""
@@ -401,6 +402,17 @@ def _read_toml(path: Path) -> dict[str, Any]:
     return out
 
 
+def _check_librdkafka(name: str, client_settings: Mapping[str, Any]) -> None:
+    """Refuse at start what every Kafka client would refuse later, each with a traceback."""
+    if not client_settings:
+        return
+    from ferry import kafka
+
+    problem = kafka.settings_problem(client_settings)
+    if problem:
+        raise ConfigError(name, f"librdkafka refuses these settings: {problem}")
+
+
 def _validate(s: Settings) -> None:
     def positive(name: str, value: int) -> None:
         if value <= 0:
@@ -438,6 +450,9 @@ def _validate(s: Settings) -> None:
     ):
         if not _TOPIC.fullmatch(topic) or topic in (".", ".."):
             raise ConfigError(name, f"must be a Kafka topic name (a-z A-Z 0-9 . _ -), got {topic!r}")
+    _check_librdkafka("FERRY_KAFKA_CONFIG", s.kafka.config)
+    for name, cluster in s.kafka.clusters.items():
+        _check_librdkafka(f"FERRY_KAFKA_CLUSTERS.{name}.config", cluster.config)
     if s.kafka.fetch_wait_max_ms < 0:
         raise ConfigError("FERRY_FETCH_WAIT_MAX_MS", "must be >= 0")
     for name, value in (

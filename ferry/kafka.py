@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from ferry.errors import FerryError
 from ferry.kafka_log import IDLE as IDLE_LOGS
-from ferry.kafka_log import ClientLog
+from ferry.kafka_log import ClientLog, secret_values
 
 __all__ = [
     "IDLE_LOGS",
@@ -30,6 +30,7 @@ __all__ = [
     "read_partitions_to_end",
     "read_to_end",
     "reader",
+    "settings_problem",
 ]
 
 
@@ -64,6 +65,26 @@ def producer(client_config: Mapping[str, Any], role: str) -> Producer:
 def admin(client_config: Mapping[str, Any], role: str = "admin") -> AdminClient:
     """Its log lines are handed over by ``poll()``: call ``poll(0)`` when done with it."""
     return AdminClient(with_logger(client_config, role))
+
+
+def settings_problem(client_settings: Mapping[str, Any]) -> str | None:
+    """What librdkafka refuses in ``client_settings`` (an unknown property, a value it cannot take),
+    or None. Checked by configuring a producer with no brokers, which connects nowhere; what only
+    creating a real client can tell (a SASL mechanism this build lacks, certificate files) is left
+    to the clients, whose errors say it."""
+    try:
+        producer({k: v for k, v in client_settings.items() if k != "bootstrap.servers"}, "settings-check")
+    except KafkaException as exc:
+        text = str(exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else exc)
+        if text.startswith("Failed to create"):
+            return None
+    except (TypeError, ValueError) as exc:
+        text = str(exc)
+    else:
+        return None
+    for secret in secret_values(client_settings):  # a refused value may be quoted in the message
+        text = text.replace(secret, "***")
+    return text
 
 
 def ensure_topic(

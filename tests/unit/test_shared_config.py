@@ -45,6 +45,12 @@ def test_env_wins_over_file(tmp_path: Path) -> None:
         ({"FERRY_KAFKA_BOOTSTRAP": ""}, "FERRY_KAFKA_BOOTSTRAP"),
         ({"FERRY_OFFSETS_TOPIC": ""}, "FERRY_OFFSETS_TOPIC"),
         ({"FERRY_OFFSETS_TOPIC": "offsets/of ferry"}, "FERRY_OFFSETS_TOPIC"),
+        ({"FERRY_KAFKA_CONFIG": '{"no.such.property": "x"}'}, "FERRY_KAFKA_CONFIG"),
+        ({"FERRY_KAFKA_CONFIG": '{"fetch.max.bytes": {"a": 1}}'}, "FERRY_KAFKA_CONFIG"),
+        (
+            {"FERRY_KAFKA_CLUSTERS": '{"dc2": {"bootstrap": "k:9092", "config": {"acks": "most"}}}'},
+            "FERRY_KAFKA_CLUSTERS.dc2.config",
+        ),
     ],
 )
 def test_bad_values_name_the_setting(env: dict[str, str], setting: str) -> None:
@@ -94,3 +100,17 @@ def test_the_admin_token_is_taken_without_surrounding_whitespace(raw: str, token
     """A token from a Secret's file often ends with a newline, which no Authorization header can
     carry: kept, the portal would start with an admin token nobody can send."""
     assert config.load(env={"FERRY_ADMIN_TOKEN": raw}).portal.admin_token == token
+
+
+def test_librdkafka_settings_of_any_client_are_accepted() -> None:
+    """Producer and consumer settings share FERRY_KAFKA_CONFIG; what only a real client can judge
+    (here a SASL mechanism this librdkafka lacks) is left to the clients."""
+    raw = '{"fetch.max.bytes": 1048576, "group.id": "g", "linger.ms": 5, "security.protocol": "SASL_SSL"}'
+    assert config.load(env={"FERRY_KAFKA_CONFIG": raw}).kafka.config["linger.ms"] == 5
+
+
+def test_a_refused_librdkafka_value_is_not_echoed_when_secret() -> None:
+    raw = '{"security.protocol": "p4ssw0rd-x", "sasl.password": "p4ssw0rd-x"}'
+    with pytest.raises(ConfigError, match="FERRY_KAFKA_CONFIG: librdkafka refuses") as err:
+        config.load(env={"FERRY_KAFKA_CONFIG": raw})
+    assert "p4ssw0rd-x" not in str(err.value)
