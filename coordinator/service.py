@@ -47,6 +47,7 @@ async def serve(settings: Settings) -> int:
         metrics.registry,
         ready=lambda: zk.state == KazooState.CONNECTED,
         service="coordinator",
+        port_setting="FERRY_COORDINATOR_METRICS_PORT",
         json_routes={"/status": lambda: {"id": coordinator_id, "leading": leader.leading}},
     )
     waiting = threading.Event()

@@ -17,7 +17,7 @@ import gc
 import signal
 from typing import Any
 
-from ferry import db, log, runtime
+from ferry import db, health, log, runtime
 from ferry.config import Settings
 from ferry.gateway.app import Gateway, create_handler, create_refusal
 from ferry.gateway.httpd import Server
@@ -95,16 +95,22 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
         read_timeout_s=settings.gateway.read_timeout_ms / 1000,
         refusal=create_refusal(gw),
     )
-    port = await server.start(settings.gateway.host, settings.gateway.port)
-    url = f"http://{settings.gateway.host}:{port}"
-    native = {"_acks": gw.producer.native_acks}
-    _log.info("gateway.listening", host=settings.gateway.host, port=port, url=url, native=native)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready.set()
     try:
+        host = settings.gateway.host
+        try:
+            port = await server.start(host, settings.gateway.port)
+        except OSError as exc:  # what was started above is closed below, as on a stop
+            raise health.listen_refused(
+                exc, "FERRY_GATEWAY_HOST", host, "FERRY_GATEWAY_PORT", settings.gateway.port
+            ) from None
+        url = f"http://{host}:{port}"
+        native = {"_acks": gw.producer.native_acks}
+        _log.info("gateway.listening", host=host, port=port, url=url, native=native)
+        if ready is not None:
+            ready.set()
         await stop.wait()
     finally:
         await server.close()  # stops listening, lets requests in flight finish

@@ -7,7 +7,7 @@ import signal
 
 from aiohttp import web
 
-from ferry import log, runtime
+from ferry import health, log, runtime
 from ferry.config import Settings
 from ferry.errors import ConfigError
 from ferry.portal.app import create_app
@@ -37,7 +37,12 @@ async def serve(settings: Settings) -> int:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.portal.host, settings.portal.port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        host, port = settings.portal.host, settings.portal.port
+        raise health.listen_refused(exc, "FERRY_PORTAL_HOST", host, "FERRY_PORTAL_PORT", port) from None
     port = runner.addresses[0][1] if runner.addresses else settings.portal.port
     _log.info("portal.listening", host=settings.portal.host, port=port, url=f"http://{settings.portal.host}:{port}")
     stop = asyncio.Event()

@@ -60,6 +60,7 @@ async def serve(settings: Settings, assignment_file: str | None) -> int:
         engine.metrics.registry,
         ready=lambda: engine.started and source_ready.is_set(),
         service="worker",
+        port_setting="FERRY_WORKER_METRICS_PORT",
         json_routes={
             "/stats": lambda: {
                 "worker": worker_id,

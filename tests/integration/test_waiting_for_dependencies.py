@@ -59,3 +59,48 @@ def test_waits_with_one_line_per_attempt_and_stops_on_sigterm(tmp_path: Path, ro
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+@pytest.mark.parametrize(
+    ("role", "setting"),
+    [
+        ("portal", "FERRY_PORTAL_PORT"),
+        ("gateway", "FERRY_GATEWAY_PORT"),
+        ("worker", "FERRY_WORKER_METRICS_PORT"),
+        ("coordinator", "FERRY_COORDINATOR_METRICS_PORT"),
+    ],
+)
+def test_a_taken_port_stops_the_service_naming_the_setting(
+    tmp_path: Path, zk_connect: str, kafka_bootstrap: str, role: str, setting: str
+) -> None:
+    """Not a traceback of the bind: one line saying which setting to change, exit code 2."""
+    import socket
+
+    from ferry.migrations import runner
+
+    db_url = f"sqlite:///{tmp_path}/m.db"
+    runner.upgrade(db_url)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {
+            **os.environ,
+            "FERRY_LOG_FORMAT": "text",
+            "FERRY_ZK_CONNECT": zk_connect,
+            "FERRY_KAFKA_BOOTSTRAP": kafka_bootstrap,
+            "FERRY_DB_URL": db_url,
+            "FERRY_ADMIN_TOKEN": "port-test",
+            "FERRY_PORTAL_PORT": "0",
+            "FERRY_GATEWAY_PORT": "0",
+            "FERRY_WORKER_METRICS_PORT": "0",
+            "FERRY_COORDINATOR_METRICS_PORT": "0",
+            setting: str(port),
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "ferry.cli", role], capture_output=True, text=True, env=env, timeout=60
+        )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-3000:]
+    assert f"ferry {role}: {setting}: cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+    assert "Traceback" not in output, output[-3000:]
