@@ -385,3 +385,19 @@ def test_every_gateway_and_transaction_setting_has_a_value() -> None:
     chart = helm.Chart.load(str(CHART))
     with pytest.raises(helm.HelmError):
         chart.validate_schema({**REQUIRED, "gateway": {"txnMaxChecks": 0}})
+
+
+@pytest.mark.parametrize(
+    "values", [REQUIRED, ALL_ON, ZONES_SCALED, SUBSCRIPTIONS], ids=["defaults", "all-options", "zones", "subscriptions"]
+)
+def test_manifests_validate_on_the_oldest_kubernetes_the_chart_accepts(values: dict[str, Any]) -> None:
+    """Chart.yaml's kubeVersion is what `helm install` lets through: every manifest must be valid
+    there too (the gateway's preStop `sleep` action exists from Kubernetes 1.30)."""
+    import re
+
+    declared = yaml.safe_load((CHART / "Chart.yaml").read_text())["kubeVersion"]
+    match = re.fullmatch(r">=\s*(\d+\.\d+\.\d+)(-0)?", declared)
+    assert match, f"kubeVersion {declared!r}: expected a lower bound like >=1.30.0-0"
+    for doc in render(values):
+        if doc["kind"] != "ServiceMonitor":
+            kubernetes_validate.validate(doc, match.group(1), strict=True)
