@@ -401,3 +401,12 @@ def test_manifests_validate_on_the_oldest_kubernetes_the_chart_accepts(values: d
     for doc in render(values):
         if doc["kind"] != "ServiceMonitor":
             kubernetes_validate.validate(doc, match.group(1), strict=True)
+
+
+def test_the_install_notes_say_how_to_reach_the_gateway() -> None:
+    def notes(values: dict[str, Any]) -> str:
+        out = helm.Chart.load(str(CHART)).render(values, name="ferry", namespace="ferry", is_install=True)
+        return next(text for path, text in out.items() if path.endswith("NOTES.txt"))
+
+    assert "port-forward svc/ferry-gateway 8081:80" in notes(REQUIRED)
+    assert "ferry-gateway" not in notes({**REQUIRED, "gateway": {"enabled": False}})
