@@ -13,6 +13,7 @@ lower-case name without the prefix (``zk_connect = "..."``), at top level.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 import re
@@ -462,6 +463,16 @@ def _validate(s: Settings) -> None:
         ("FERRY_GATEWAY_PORT", s.gateway.port),
     ):
         port(name, value)
+    for entry in s.portal.endpoint_allow:
+        # A host pattern has no '/': an entry with one is meant as a CIDR, and a typo there would
+        # otherwise be taken as a pattern that matches nothing.
+        if "/" in entry:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError as exc:
+                raise ConfigError(
+                    "FERRY_ENDPOINT_ALLOW", f"{entry!r} is not a CIDR ({exc}); e.g. 10.0.0.0/8 or fd00::/8"
+                ) from None
     if not s.cluster or "/" in s.cluster:
         raise ConfigError("FERRY_CLUSTER", f"must be a non-empty name without '/', got {s.cluster!r}")
     if not s.zookeeper.connect:

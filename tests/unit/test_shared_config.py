@@ -45,6 +45,8 @@ def test_env_wins_over_file(tmp_path: Path) -> None:
         ({"FERRY_KAFKA_BOOTSTRAP": ""}, "FERRY_KAFKA_BOOTSTRAP"),
         ({"FERRY_OFFSETS_TOPIC": ""}, "FERRY_OFFSETS_TOPIC"),
         ({"FERRY_OFFSETS_TOPIC": "offsets/of ferry"}, "FERRY_OFFSETS_TOPIC"),
+        ({"FERRY_ENDPOINT_ALLOW": "10.0.0.0/33"}, "FERRY_ENDPOINT_ALLOW"),
+        ({"FERRY_ENDPOINT_ALLOW": "*.svc, 10.0.0/8"}, "FERRY_ENDPOINT_ALLOW"),
         ({"FERRY_KAFKA_CONFIG": '{"no.such.property": "x"}'}, "FERRY_KAFKA_CONFIG"),
         ({"FERRY_KAFKA_CONFIG": '{"fetch.max.bytes": {"a": 1}}'}, "FERRY_KAFKA_CONFIG"),
         (
@@ -114,3 +116,13 @@ def test_a_refused_librdkafka_value_is_not_echoed_when_secret() -> None:
     with pytest.raises(ConfigError, match="FERRY_KAFKA_CONFIG: librdkafka refuses") as err:
         config.load(env={"FERRY_KAFKA_CONFIG": raw})
     assert "p4ssw0rd-x" not in str(err.value)
+
+
+def test_endpoint_allow_takes_cidrs_and_host_patterns() -> None:
+    allow = "10.0.0.0/8, fd00::/8,*.svc.cluster.local, billing"
+    assert config.load(env={"FERRY_ENDPOINT_ALLOW": allow}).portal.endpoint_allow == (
+        "10.0.0.0/8",
+        "fd00::/8",
+        "*.svc.cluster.local",
+        "billing",
+    )
