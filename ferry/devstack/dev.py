@@ -198,8 +198,11 @@ class DevStack:
         zk_port, kafka_port = ports["--zk-port"], ports["--kafka-port"]
         portal_port, gateway_port = ports["--portal-port"], ports["--gateway-port"]
         # Only now: a run refused for a busy port must leave the running stack's state.json alone.
-        self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "state.json").unlink(missing_ok=True)
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / "state.json").unlink(missing_ok=True)
+        except OSError as exc:
+            raise ConfigError("--data-dir", f"cannot use {self.dir}: {exc.strerror or exc}; pass a directory") from None
         zk = embedded.zookeeper(self.dir / "zookeeper", zk_port)
         broker = embedded.kafka_broker(self.dir / "kafka", kafka_port)
         for p in (zk, broker):

@@ -206,3 +206,12 @@ def test_free_ports_avoid_the_ports_given(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(embedded, "port_open", lambda port: False)
     ports = dev.resolve_ports({"--zk-port": 0, "--kafka-port": 5001, "--portal-port": 0, "--gateway-port": 0})
     assert ports == {"--zk-port": 5002, "--kafka-port": 5001, "--portal-port": 5003, "--gateway-port": 5004}
+
+
+def test_a_data_dir_that_is_a_file_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    args = build_parser().parse_args(["dev", "--data-dir", str(not_a_dir), "--zk-port", "0", "--kafka-port", "0"])
+    args.portal_port = args.gateway_port = 0
+    with pytest.raises(ConfigError, match=r"--data-dir: cannot use .*: File exists"):
+        dev.DevStack(config.load(env={}), args).start()
