@@ -391,8 +391,10 @@ def _read_toml(path: Path) -> dict[str, Any]:
             data = tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError("--config", f"file {path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError("--config", f"{path} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError("--config", f"cannot read {path}: {exc.strerror or exc}") from None
     out: dict[str, Any] = {}
     for key, value in data.items():
         env = key if key.startswith("FERRY_") else "FERRY_" + key.upper()

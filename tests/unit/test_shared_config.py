@@ -126,3 +126,17 @@ def test_endpoint_allow_takes_cidrs_and_host_patterns() -> None:
         "*.svc.cluster.local",
         "billing",
     )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"), [(None, "cannot read .*: Is a directory"), (b"\xff\xfe", "not valid TOML")]
+)
+def test_an_unreadable_config_file_is_a_config_error(tmp_path: Path, content: bytes | None, message: str) -> None:
+    path = tmp_path / "ferry.toml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as err:
+        config.load(path, env={})
+    assert err.value.setting == "--config"
