@@ -271,6 +271,11 @@ def schema_problem(engine: Engine) -> str | None:
         return f"the metadata database is unreachable ({first}): check FERRY_DB_URL"
     if revision != SCHEMA_REVISION:
         found = "no schema" if revision is None else f"schema {revision}"
+        if revision is not None and revision.isdigit() and int(revision) > int(SCHEMA_REVISION):
+            return (
+                f"the metadata database has {found}, newer than this Ferry's {SCHEMA_REVISION}: a newer"
+                " Ferry migrated it; run that version (there are no downgrades)"
+            )
         return f"the metadata database has {found}, this Ferry needs {SCHEMA_REVISION}: run `ferry migrate`"
     return None
 

@@ -97,6 +97,26 @@ def test_unreachable_database_is_a_clear_error() -> None:
     assert "cannot reach the database" in done.stderr and "FERRY_DB_URL" in done.stderr
 
 
+def test_a_database_migrated_by_a_newer_ferry_is_a_clear_error(tmp_path: Path) -> None:
+    """After a rollback to an older Ferry (helm rollback): `ferry migrate` and the portal say so in
+    one line, instead of a traceback, or advice to run `ferry migrate` that cannot help."""
+    url = f"sqlite:///{tmp_path}/newer.db"
+    runner.upgrade(url)
+    newer = f"{int(db.SCHEMA_REVISION) + 1:04d}"
+    engine = db.make_engine(url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = :v"), {"v": newer})
+    problem = db.schema_problem(engine)
+    engine.dispose()
+    assert problem is not None and "newer" in problem and "run `ferry migrate`" not in problem
+    env = {"FERRY_DB_URL": url, "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "ferry.cli", "migrate"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "a newer Ferry migrated it" in done.stderr
+
+
 @pytest.fixture()
 def empty_db_url(db_url: str) -> Iterator[str]:
     """A database with no schema yet (the MariaDB one of the session is already migrated)."""
