@@ -18,13 +18,14 @@ COPY gateway gateway
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim AS runtime
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 FERRY_METRICS_HOST=0.0.0.0 FERRY_PORTAL_HOST=0.0.0.0
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 FERRY_METRICS_HOST=0.0.0.0 FERRY_PORTAL_HOST=0.0.0.0 \
+    FERRY_GATEWAY_HOST=0.0.0.0
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels \
  && groupadd --gid 10001 ferry && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin ferry
 USER 10001:10001
 WORKDIR /tmp
-EXPOSE 8080 9101 9102
+EXPOSE 8080 8081 9101 9102
 ENTRYPOINT ["ferry"]
 CMD ["--help"]
 
