@@ -475,6 +475,9 @@ def _validate(s: Settings) -> None:
                 raise ConfigError(
                     "FERRY_ENDPOINT_ALLOW", f"{entry!r} is not a CIDR ({exc}); e.g. 10.0.0.0/8 or fd00::/8"
                 ) from None
+    if "/" in s.worker.id or s.worker.id in (".", ".."):
+        # It names the worker's ZooKeeper node: a '/' or a relative name is no node name.
+        raise ConfigError("FERRY_WORKER_ID", f"must be a name without '/' (not . or ..), got {s.worker.id!r}")
     if not s.cluster or "/" in s.cluster:
         raise ConfigError("FERRY_CLUSTER", f"must be a non-empty name without '/', got {s.cluster!r}")
     if not s.zookeeper.connect:

@@ -46,6 +46,8 @@ def test_env_wins_over_file(tmp_path: Path) -> None:
         ({"FERRY_OFFSETS_TOPIC": ""}, "FERRY_OFFSETS_TOPIC"),
         ({"FERRY_OFFSETS_TOPIC": "offsets/of ferry"}, "FERRY_OFFSETS_TOPIC"),
         ({"FERRY_ENDPOINT_ALLOW": "10.0.0.0/33"}, "FERRY_ENDPOINT_ALLOW"),
+        ({"FERRY_WORKER_ID": "dc1/worker-1"}, "FERRY_WORKER_ID"),
+        ({"FERRY_WORKER_ID": ".."}, "FERRY_WORKER_ID"),
         ({"FERRY_ENDPOINT_ALLOW": "*.svc, 10.0.0/8"}, "FERRY_ENDPOINT_ALLOW"),
         ({"FERRY_KAFKA_CONFIG": '{"no.such.property": "x"}'}, "FERRY_KAFKA_CONFIG"),
         ({"FERRY_KAFKA_CONFIG": '{"fetch.max.bytes": {"a": 1}}'}, "FERRY_KAFKA_CONFIG"),
