@@ -152,7 +152,17 @@ class ZkSource:
                 return
         finally:
             watcher.cancel()
-        await self._register()
+        # Registering waits while another live process holds this worker id: a stop ends the wait.
+        registering = asyncio.create_task(self._register())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({registering, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not registering.done():
+            registering.cancel()
+            await asyncio.gather(registering, return_exceptions=True)
+            await asyncio.to_thread(close_within, self.zk, ZK_CALL_TIMEOUT_S)
+            return
+        registering.result()
         self.zk.DataWatch(zkpaths.assignment(self.cluster, self.worker_id), self._on_assignment)
         background = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._publish_stats())]
         try:

@@ -104,3 +104,24 @@ def test_a_taken_port_stops_the_service_naming_the_setting(
     assert done.returncode == 2, output[-3000:]
     assert f"ferry {role}: {setting}: cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
     assert "Traceback" not in output, output[-3000:]
+
+
+def test_a_worker_waiting_for_its_id_stops_on_sigterm(tmp_path: Path, zk_connect: str, kafka_bootstrap: str) -> None:
+    """A second worker with a FERRY_WORKER_ID that a live worker holds waits for it to go
+    (`worker.id_in_use`); a SIGTERM meanwhile ends it promptly with exit code 0."""
+    from tests.support.cluster import Cluster
+
+    cluster = Cluster(tmp_path, zk_connect, kafka_bootstrap)
+    try:
+        first = cluster.worker("same-id")
+        until(lambda: "worker.registered" in first.log_path.read_text(), timeout_s=60, what="the first worker")
+        second = cluster.worker("same-id-again", FERRY_WORKER_ID="same-id")
+        until(lambda: "worker.id_in_use" in second.log_path.read_text(), timeout_s=60, what="the id in use")
+        assert second.proc is not None
+        started = time.monotonic()
+        second.proc.send_signal(signal.SIGTERM)
+        assert second.proc.wait(30) == 0, second.log_path.read_text()[-3000:]
+        assert time.monotonic() - started < 20
+        assert first.alive()
+    finally:
+        cluster.close()
