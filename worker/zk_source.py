@@ -152,17 +152,9 @@ class ZkSource:
                 return
         finally:
             watcher.cancel()
-        # Registering waits while another live process holds this worker id: a stop ends the wait.
-        registering = asyncio.create_task(self._register())
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait({registering, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        stopper.cancel()
-        if not registering.done():
-            registering.cancel()
-            await asyncio.gather(registering, return_exceptions=True)
+        if not await self._register_unless(stop):
             await asyncio.to_thread(close_within, self.zk, ZK_CALL_TIMEOUT_S)
             return
-        registering.result()
         self.zk.DataWatch(zkpaths.assignment(self.cluster, self.worker_id), self._on_assignment)
         background = [asyncio.create_task(self._heartbeat()), asyncio.create_task(self._publish_stats())]
         try:
@@ -177,13 +169,28 @@ class ZkSource:
                     break
                 if self._lost and self.zk.state == KazooState.CONNECTED:
                     self._lost = False
-                    await self._register()
+                    if not await self._register_unless(stop):
+                        break
                 self._reconcile()
         finally:
             self._stopping = True
             for t in background:
                 t.cancel()
             await self._shutdown()
+
+    async def _register_unless(self, stop: asyncio.Event) -> bool:
+        """:meth:`_register`, or False if ``stop`` is set first: registering waits while another
+        live process holds this worker id, and a stop must end that wait."""
+        registering = asyncio.create_task(self._register())
+        stopper = asyncio.create_task(stop.wait())
+        await asyncio.wait({registering, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+        if not registering.done():
+            registering.cancel()
+            await asyncio.gather(registering, return_exceptions=True)
+            return False
+        registering.result()
+        return True
 
     async def _register(self) -> None:
         path = zkpaths.worker(self.cluster, self.worker_id)
