@@ -185,9 +185,7 @@ class PushClient:
     async def push_batch(self, sub: Subscription, body: bytes, read_body: int) -> BatchPushResult:
         """POST one CloudEvents batch (body built by :mod:`worker.batch`) and read up to
         ``read_body`` bytes of the answer."""
-        headers = {"Content-Type": BATCH_CONTENT_TYPE}
-        if sub.endpoint.headers:
-            headers.update(sub.endpoint.headers)
+        headers = with_endpoint_headers({"Content-Type": BATCH_CONTENT_TYPE}, sub.endpoint.headers)
         try:
             answer = await self._pool.post(
                 sub.endpoint.url, headers, body, sub.endpoint.timeout_ms / 1000, read_body=read_body
