@@ -252,13 +252,16 @@ def parse_seed(body: Any, now_ms: int, request_delay: str | None = None) -> Outg
     if not isinstance(topic, str):
         raise ValidationError("topic", "is required (a string)")
     check_topic(topic)
-    payload = body.get("payload")
+    payload = _seed_text(body.get("payload"))
     if not isinstance(payload, str):
         raise ValidationError("payload", "is required (a string)")
     key = body.get("key")
     if key is not None and not isinstance(key, str):
         raise ValidationError("key", "must be a string")
-    headers = parse_headers(body.get("headers"), "headers")
+    raw_headers = body.get("headers")
+    if isinstance(raw_headers, dict):
+        raw_headers = {name: _seed_text(value) for name, value in raw_headers.items()}
+    headers = parse_headers(raw_headers, "headers")
     due = None
     rest = []
     for name, value in headers:
@@ -272,6 +275,16 @@ def parse_seed(body: Any, now_ms: int, request_delay: str | None = None) -> Outg
             raise ValidationError("x-delay", "the x-delay HTTP header and headers.x-delay differ: give one")
         due = from_request
     return Outgoing(topic, None if key is None else key.encode(), payload.encode(), rest, None, due)
+
+
+def _seed_text(value: Any) -> Any:
+    """A seed body's scalar as the text the seed wrote: the seed reads ``payload`` as a string
+    (a JSON number or boolean becomes its text) and writes each header's value as its text (its own
+    docs give ``"x-delay": 5``); a number or boolean here becomes its JSON text. Anything else is
+    returned as it is, for the caller to refuse (``null``, an object, a list)."""
+    if isinstance(value, bool | int | float | orjson.Fragment):
+        return orjson.dumps(value).decode()
+    return value
 
 
 def _seed_due(raw: str, field: str, now_ms: int) -> int:

@@ -286,6 +286,13 @@ def test_deliver_at_in_the_past_is_due_now_and_written_through_the_store() -> No
             Outgoing("t", None, b"p", [("a", b"b")], None, NOW + 30_000),
         ),
         ({"topic": "t", "payload": "p"}, "2", Outgoing("t", None, b"p", [], None, NOW + 2_000)),  # an HTTP header
+        (  # the seed writes a header's value as its text; its own docs give "x-delay": 5
+            {"topic": "t", "payload": "p", "headers": {"x-delay": 5, "n": 7, "f": 1.5, "ok": True}},
+            None,
+            Outgoing("t", None, b"p", [("n", b"7"), ("f", b"1.5"), ("ok", b"true")], None, NOW + 5_000),
+        ),
+        ({"topic": "t", "payload": 123}, None, Outgoing("t", None, b"123", [])),  # the seed reads it as text
+        ({"topic": "t", "payload": False}, None, Outgoing("t", None, b"false", [])),
         (
             {"topic": "t", "payload": "p", "headers": {"x-delay": "2"}},
             " 2",
@@ -305,6 +312,13 @@ def test_a_seed_body(body: dict[str, Any], http_delay: str | None, expected: Out
         ({"topic": "bad topic", "payload": "p"}, None, "topic"),
         ({"topic": "t"}, None, "payload"),
         ({"topic": "t", "payload": {"a": 1}}, None, "payload"),
+        ({"topic": "t", "payload": None}, None, "payload"),
+        ({"topic": "t", "payload": [1]}, None, "payload"),
+        ({"topic": "t", "payload": "p", "headers": {"h": None}}, None, "headers.h"),
+        ({"topic": "t", "payload": "p", "headers": {"h": {"a": 1}}}, None, "headers.h"),
+        ({"topic": "t", "payload": "p", "headers": {"x-delay": 5.0}}, None, "headers.x-delay"),  # as the seed
+        ({"topic": "t", "payload": "p", "headers": {"x-delay": True}}, None, "headers.x-delay"),
+        ({"topic": "t", "payload": "p", "headers": {"x-delay": 0}}, None, "headers.x-delay"),
         ({"topic": "t", "payload": "p", "key": 3}, None, "key"),
         ({"topic": "t", "payload": "p", "headers": {"x-delay": "soon"}}, None, "headers.x-delay"),
         ({"topic": "t", "payload": "p", "headers": {"x-delay": "0"}}, None, "headers.x-delay"),
