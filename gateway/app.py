@@ -10,7 +10,7 @@ unknown path or method, 413, 417) it raises as :class:`HttpError` for the server
 Every route but ``/healthz`` and ``/metrics`` needs ``Authorization: Bearer <token>`` (an ``admin``
 token, or a ``produce`` token whose topic patterns match every topic written, a transaction's
 included; a ``read`` token may only read a transaction's state). Errors are JSON ``{"error", "field"}``
-(the seed route: ``{"code", "message"}``) with 400, 401, 403, 404, 409, 413, 422, 429, 503 or 504 —
+(the seed route: ``{"code", "message", "msg", "data"}``) with 400, 401, 403, 404, 409, 413, 422, 429, 503 or 504 —
 bad input never yields a 500, a 503 (nothing written) always carries ``Retry-After``, and a 504 says
 the records may or may not be written. Every produce is answered by its deadline,
 ``FERRY_GATEWAY_PRODUCE_TIMEOUT_MS`` after its body was read (with an ``Idempotency-Key``, plus the
@@ -83,9 +83,16 @@ def _json(status: int, body: dict[str, Any], retry_after_s: int | None = None) -
     return Response(status, orjson.dumps(body), headers=headers)
 
 
+def _seed_answer(code: int, message: str, **extra: Any) -> dict[str, Any]:
+    """An answer of the seed route: §9's ``{"code", "message", ...}``, plus the fields the seed's own
+    answers have, ``{"code", "data", "msg"}``, for its clients that read them: ``msg`` is the seed's
+    ``"send success"`` on a success and the ``message`` on an error; ``data`` is ``null``."""
+    return {"code": code, "message": message, **extra, "msg": "send success" if code == 0 else message, "data": None}
+
+
 def _error_body(request: Request, status: int, message: str, field: str | None) -> dict[str, Any]:
     if request.path == SEED_ROUTE:
-        return {"code": status, "message": f"{field}: {message}" if field else message}
+        return _seed_answer(status, f"{field}: {message}" if field else message)
     return {"error": message, "field": field}
 
 
@@ -277,10 +284,10 @@ async def seed_send(gw: Gateway, request: Request, _: str) -> Response:
         try:
             (result,) = await _write(gw, [rec], partitions, now, deadline)
         except Unknown as exc:  # an answer, not a failure: kept for the key (its retry writes nothing)
-            return 504, {"code": 504, "message": str(exc)}
+            return 504, _seed_answer(504, str(exc))
         if "field" in result:  # refused for good: a retry fails the same way
-            return 400, {"code": 400, "message": f"payload: {result['error']}"}
-        return 200, {"code": 0, "message": "ok", **result}
+            return 400, _seed_answer(400, f"payload: {result['error']}")
+        return 200, _seed_answer(0, "ok", **result)
 
     return await _once(gw, request, raw, run, deadline)
 

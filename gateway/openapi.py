@@ -153,8 +153,11 @@ OPENAPI: dict[str, Any] = {
                     }
                 ),
                 "responses": {
-                    "200": {"description": '{"code": 0, "message": "ok", "partition", "offset"} or scheduled'},
-                    "default": {"description": '{"code": <non-zero>, "message"}'},
+                    "200": {
+                        "description": '{"code": 0, "message": "ok", "partition", "offset"} or scheduled, '
+                        'with the seed\'s "msg": "send success" and "data": null'
+                    },
+                    "default": {"description": '{"code": <non-zero>, "message", "msg" (the same), "data": null}'},
                 },
             }
         },

@@ -94,11 +94,38 @@ def test_seed_route_as_the_seed_documents_it(gateway: ServiceProcess, kafka_boot
         ok = c.post("/v1/kafka/send", json=body)
         missing = c.post("/v1/kafka/send", json={"topic": topic_name})
         unknown = c.post("/v1/kafka/send", json={**body, "topic": f"{topic_name}-nope"})
-    assert ok.status_code == 200 and ok.json() == {"code": 0, "message": "ok", "partition": 0, "offset": 0}
+    assert ok.status_code == 200
+    assert ok.json() == {"code": 0, "message": "ok", "partition": 0, "offset": 0, "msg": "send success", "data": None}
     assert missing.status_code == 400 and missing.json()["code"] != 0 and "payload" in missing.json()["message"]
     assert unknown.status_code == 404 and unknown.json()["code"] != 0
     [(_, _, key, value, headers)] = read(kafka_bootstrap, topic_name)
     assert (key, value, dict(headers)) == (None, b"hello proxy", {"content": b"goods", "instant": b"yes"})
+
+
+def test_a_seed_client_reads_the_seeds_fields(gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str) -> None:
+    """A client written for the seed (tal-tech/kafka-proxy) reads its answer's ``code`` and
+    ``msg`` (the seed answers ``{"code", "data", "msg"}``), sends ``"x-delay": 5`` as a number (the
+    seed's Message.java documents it so) and sends no Content-Type or one with a charset."""
+    create_topic(kafka_bootstrap, topic_name, 1)
+    body = {"headers": {"content": "goods", "n": 7}, "topic": topic_name, "payload": "hello proxy"}
+    raw = json.dumps(body).encode()
+    with client(gateway) as c:
+        answers = [
+            c.post("/v1/kafka/send", content=raw, headers={"content-type": kind} if kind else {})
+            for kind in (None, "application/json; charset=utf-8", "application/json;charset=UTF-8")
+        ]
+        delayed = c.post("/v1/kafka/send", json={**body, "headers": {"x-delay": 5}})
+        refused = c.post("/v1/kafka/send", json={**body, "topic": f"{topic_name}-nope"})
+    for answer in answers:
+        assert answer.status_code == 200 and answer.json()["code"] == 0, answer.text
+        assert answer.json()["msg"] == "send success" and answer.json()["data"] is None
+    assert delayed.status_code == 200 and delayed.json()["code"] == 0, delayed.text
+    assert delayed.json()["scheduled"] is True and delayed.json()["msg"] == "send success"
+    assert refused.status_code == 404 and refused.json()["msg"] == refused.json()["message"]
+    got = read(kafka_bootstrap, topic_name)
+    assert [(value, dict(headers)) for *_, value, headers in got] == [
+        (b"hello proxy", {"content": b"goods", "n": b"7"})
+    ] * 3
 
 
 @pytest.mark.parametrize(
@@ -164,7 +191,8 @@ def test_paths_and_methods_that_are_not_routes(gateway: ServiceProcess) -> None:
     assert unknown.json()["error"].startswith("no route /api/v1/nothing; the gateway's routes are POST /api/v1/")
     assert wrong_method.status_code == 405 and wrong_method.headers["Allow"] == "POST"
     # the seed route's errors
-    assert wrong_method.json() == {"code": 405, "message": "GET is not allowed on /v1/kafka/send; use POST"}
+    message = "GET is not allowed on /v1/kafka/send; use POST"
+    assert wrong_method.json() == {"code": 405, "message": message, "msg": message, "data": None}
     assert seed_unknown.status_code == 404
 
 
@@ -194,7 +222,8 @@ def test_the_servers_own_refusals_are_counted_and_shaped_as_the_routes(gateway: 
     assert not_http[0].startswith(b"HTTP/1.1 400 ")
     assert json.loads(not_http[2])["error"].startswith("not a valid HTTP/1.1 request")
     assert seed[0].startswith(b"HTTP/1.1 431 ")
-    assert json.loads(seed[2]) == {"code": 431, "message": "the request's line and headers are over 65,536 bytes"}
+    message = "the request's line and headers are over 65,536 bytes"
+    assert json.loads(seed[2]) == {"code": 431, "message": message, "msg": message, "data": None}
     assert after - before == 2
 
 
