@@ -258,6 +258,8 @@ def parse_seed(body: Any, now_ms: int, request_delay: str | None = None) -> Outg
     key = body.get("key")
     if key is not None and not isinstance(key, str):
         raise ValidationError("key", "must be a string")
+    if key is not None and not key.strip(_JAVA_BLANK):
+        key = None  # as the seed: a blank key is no key (else every such record goes to one partition)
     raw_headers = body.get("headers")
     if isinstance(raw_headers, dict):
         raw_headers = {name: _seed_text(value) for name, value in raw_headers.items()}
@@ -275,6 +277,10 @@ def parse_seed(body: Any, now_ms: int, request_delay: str | None = None) -> Outg
             raise ValidationError("x-delay", "the x-delay HTTP header and headers.x-delay differ: give one")
         due = from_request
     return Outgoing(topic, None if key is None else key.encode(), payload.encode(), rest, None, due)
+
+
+_JAVA_BLANK = "".join(map(chr, range(0x21)))
+"""What Java's ``String.trim()`` strips: the seed's test for a blank key."""
 
 
 def _seed_text(value: Any) -> Any:

@@ -280,6 +280,10 @@ def test_deliver_at_in_the_past_is_due_now_and_written_through_the_store() -> No
             Outgoing("topic-open", None, b"hello proxy", [("content", b"goods"), ("instant", b"yes")]),
         ),
         ({"topic": "t", "payload": "p", "key": "k"}, None, Outgoing("t", b"k", b"p", [])),
+        ({"topic": "t", "payload": "p", "key": ""}, None, Outgoing("t", None, b"p", [])),  # blank: no key
+        ({"topic": "t", "payload": "p", "key": " \t\n"}, None, Outgoing("t", None, b"p", [])),
+        ({"topic": "t", "payload": "p", "key": " k "}, None, Outgoing("t", b" k ", b"p", [])),  # kept as sent
+        ({"topic": "t", "payload": "p", "key": "\u3000"}, None, Outgoing("t", "\u3000".encode(), b"p", [])),
         (  # x-delay among the body's headers (the seed's way) is not written as a header
             {"topic": "t", "payload": "p", "headers": {"X-Delay": "30", "a": "b"}},
             None,
