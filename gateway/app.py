@@ -181,12 +181,13 @@ def _check_read_scope(request: Request) -> None:
         raise ApiError(403, "a read token may not produce; use a produce or admin token")
 
 
-async def _body(request: Request) -> tuple[Any, bytes]:
-    """The request's JSON body. It was read, within the body limit, before the route ran (a body
-    over it is the handler's 413)."""
+async def _body(request: Request, seed: bool = False) -> tuple[Any, bytes]:
+    """The request's JSON body (on the seed route, also one with a byte order mark, as the seed
+    read it). It was read, within the body limit, before the route ran (a body over it is the
+    handler's 413)."""
     raw = await request.read()  # the bytes already read
     try:
-        return rq.loads(raw), raw
+        return rq.loads(rq.seed_json_bytes(raw) if seed else raw), raw
     except ValueError as exc:  # orjson.JSONDecodeError is one
         raise ApiError(400, f"the body is not valid JSON: {exc}", "body") from None
 
@@ -270,7 +271,7 @@ async def produce_records(gw: Gateway, request: Request, topic: str) -> Response
 
 
 async def seed_send(gw: Gateway, request: Request, _: str) -> Response:
-    doc, raw = await _body(request)
+    doc, raw = await _body(request, seed=True)
     deadline = time.monotonic() + gw.producer.produce_timeout_s
     now = now_ms()
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -239,6 +240,28 @@ def parse_due(delay_ms: Any, deliver_at: Any, path: str, now_ms: int) -> int | N
 
 
 # --- the seed's route: POST /v1/kafka/send -------------------------------------------------------
+
+
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),  # before UTF-16's, which begins it
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def seed_json_bytes(raw: bytes) -> bytes:
+    """A seed body as UTF-8 JSON without a byte order mark. The seed's JSON reader (Jackson) takes
+    a body that starts with a UTF-8, UTF-16 or UTF-32 byte order mark, in that encoding, which
+    some clients send (.NET's and PowerShell's UTF-8 writers); orjson refuses a BOM. Raises
+    ``ValueError`` for a body its BOM's encoding cannot decode."""
+    if raw[:1] not in (b"\xef", b"\xff", b"\xfe", b"\x00"):
+        return raw
+    for bom, encoding in _BOMS:
+        if raw.startswith(bom):
+            return raw.decode(encoding).encode()
+    return raw
 
 
 def parse_seed(body: Any, now_ms: int, request_delay: str | None = None) -> Outgoing:

@@ -105,7 +105,8 @@ def test_seed_route_as_the_seed_documents_it(gateway: ServiceProcess, kafka_boot
 def test_a_seed_client_reads_the_seeds_fields(gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str) -> None:
     """A client written for the seed (tal-tech/kafka-proxy) reads its answer's ``code`` and
     ``msg`` (the seed answers ``{"code", "data", "msg"}``), sends ``"x-delay": 5`` as a number (the
-    seed's Message.java documents it so) and sends no Content-Type or one with a charset."""
+    seed's Message.java documents it so), sends no Content-Type or one with a charset, and a UTF-8
+    byte order mark (the seed's Jackson reads it)."""
     create_topic(kafka_bootstrap, topic_name, 1)
     body = {"headers": {"content": "goods", "n": 7}, "topic": topic_name, "payload": "hello proxy"}
     raw = json.dumps(body).encode()
@@ -114,6 +115,7 @@ def test_a_seed_client_reads_the_seeds_fields(gateway: ServiceProcess, kafka_boo
             c.post("/v1/kafka/send", content=raw, headers={"content-type": kind} if kind else {})
             for kind in (None, "application/json; charset=utf-8", "application/json;charset=UTF-8")
         ]
+        answers.append(c.post("/v1/kafka/send", content=b"\xef\xbb\xbf" + raw))  # a BOM, as .NET writes
         delayed = c.post("/v1/kafka/send", json={**body, "headers": {"x-delay": 5}})
         refused = c.post("/v1/kafka/send", json={**body, "topic": f"{topic_name}-nope"})
     for answer in answers:
@@ -125,7 +127,7 @@ def test_a_seed_client_reads_the_seeds_fields(gateway: ServiceProcess, kafka_boo
     got = read(kafka_bootstrap, topic_name)
     assert [(value, dict(headers)) for *_, value, headers in got] == [
         (b"hello proxy", {"content": b"goods", "n": b"7"})
-    ] * 3
+    ] * 4
 
 
 @pytest.mark.parametrize(

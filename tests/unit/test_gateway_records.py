@@ -20,6 +20,7 @@ from ferry.gateway.records import (
     parse_request,
     parse_seed,
     parse_txn_record,
+    seed_json_bytes,
 )
 
 NOW = 1_800_000_000_000
@@ -391,3 +392,31 @@ def test_a_bad_transaction_record_names_the_field_given(raw: Any, field: str, sa
     with pytest.raises(ValidationError) as err:
         parse_txn_record(raw, "records[3]", NOW)
     assert err.value.field == field and says in err.value.message
+
+
+_DOC = '{"topic": "t", "payload": "h\u00e9llo \u4f60\u597d"}'
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _DOC.encode(),
+        b"\xef\xbb\xbf" + _DOC.encode(),  # UTF-8 with a BOM (.NET, PowerShell)
+        _DOC.encode("utf-16"),  # a BOM, then UTF-16 (LE here)
+        b"\xfe\xff" + _DOC.encode("utf-16-be"),
+        _DOC.encode("utf-32"),
+        b"\x00\x00\xfe\xff" + _DOC.encode("utf-32-be"),
+    ],
+)
+def test_a_seed_body_with_a_byte_order_mark_is_read_as_the_seed_read_it(raw: bytes) -> None:
+    assert parse_seed(loads(seed_json_bytes(raw)), NOW) == Outgoing("t", None, "h\u00e9llo \u4f60\u597d".encode(), [])
+
+
+@pytest.mark.parametrize("raw", [b"", b"{}", b"\xef\xbb", b"\xff", b"\x00"])
+def test_a_body_without_a_byte_order_mark_is_left_as_it_is(raw: bytes) -> None:
+    assert seed_json_bytes(raw) is raw
+
+
+def test_a_byte_order_mark_before_bytes_its_encoding_cannot_read_is_a_value_error() -> None:
+    with pytest.raises(ValueError):
+        seed_json_bytes(b"\xff\xfe\x00\xd8")  # UTF-16: an unpaired surrogate
