@@ -48,6 +48,8 @@ from ferry.txnlog import TxnLogError, TxnTooLarge
 _log = log.get_logger(__name__)
 PUBLIC = ("/healthz", "/metrics")
 SEED_ROUTE = "/v1/kafka/send"
+SEED_PATHS = (SEED_ROUTE, SEED_ROUTE + "/")
+"""The seed route's paths: the seed (Spring MVC 5.2, trailing-slash match on) took both."""
 
 
 class ApiError(Exception):
@@ -91,7 +93,7 @@ def _seed_answer(code: int, message: str, **extra: Any) -> dict[str, Any]:
 
 
 def _error_body(request: Request, status: int, message: str, field: str | None) -> dict[str, Any]:
-    if request.path == SEED_ROUTE:
+    if request.path in SEED_PATHS:
         return _seed_answer(status, f"{field}: {message}" if field else message)
     return {"error": message, "field": field}
 
@@ -411,7 +413,7 @@ _FIXED: dict[str, dict[str, Route]] = {
     "/healthz": {"GET": healthz},
     "/metrics": {"GET": metrics},
     "/api/v1/openapi.json": {"GET": openapi},
-    SEED_ROUTE: {"POST": seed_send},
+    **{path: {"POST": seed_send} for path in SEED_PATHS},
     "/api/v1/transactions": {"POST": txn_prepare},
 }
 _TOPIC = ("/api/v1/topics/", "/records")  # POST /api/v1/topics/{topic}/records

@@ -106,7 +106,7 @@ def test_a_seed_client_reads_the_seeds_fields(gateway: ServiceProcess, kafka_boo
     """A client written for the seed (tal-tech/kafka-proxy) reads its answer's ``code`` and
     ``msg`` (the seed answers ``{"code", "data", "msg"}``), sends ``"x-delay": 5`` as a number (the
     seed's Message.java documents it so), sends no Content-Type or one with a charset, and a UTF-8
-    byte order mark (the seed's Jackson reads it)."""
+    byte order mark (the seed's Jackson reads it), or posts to the path with a trailing slash."""
     create_topic(kafka_bootstrap, topic_name, 1)
     body = {"headers": {"content": "goods", "n": 7}, "topic": topic_name, "payload": "hello proxy"}
     raw = json.dumps(body).encode()
@@ -116,6 +116,7 @@ def test_a_seed_client_reads_the_seeds_fields(gateway: ServiceProcess, kafka_boo
             for kind in (None, "application/json; charset=utf-8", "application/json;charset=UTF-8")
         ]
         answers.append(c.post("/v1/kafka/send", content=b"\xef\xbb\xbf" + raw))  # a BOM, as .NET writes
+        answers.append(c.post("/v1/kafka/send/", content=raw))  # the seed (Spring MVC) took a trailing slash
         delayed = c.post("/v1/kafka/send", json={**body, "headers": {"x-delay": 5}})
         refused = c.post("/v1/kafka/send", json={**body, "topic": f"{topic_name}-nope"})
     for answer in answers:
@@ -127,7 +128,7 @@ def test_a_seed_client_reads_the_seeds_fields(gateway: ServiceProcess, kafka_boo
     got = read(kafka_bootstrap, topic_name)
     assert [(value, dict(headers)) for *_, value, headers in got] == [
         (b"hello proxy", {"content": b"goods", "n": b"7"})
-    ] * 4
+    ] * 5
 
 
 @pytest.mark.parametrize(
@@ -186,7 +187,7 @@ def test_paths_and_methods_that_are_not_routes(gateway: ServiceProcess) -> None:
     with client(gateway) as c:
         unknown = c.get("/api/v1/nothing")
         wrong_method = c.get("/v1/kafka/send")
-        seed_unknown = c.post("/v1/kafka/send/", json={})
+        seed_unknown = c.post("/v1/kafka/send//", json={})
     assert unknown_anonymous.status_code == 401  # no token: nothing more is said
     assert head.status_code == 200 and head.content == b""
     assert unknown.status_code == 404 and unknown.json()["field"] is None

@@ -14,6 +14,7 @@ ROUTES = [
     ("POST", "/api/v1/topics/a/b/records", app.produce_records, "a/b"),  # refused by the handler: 400 topic
     ("POST", "/api/v1/topics/records/records", app.produce_records, "records"),
     ("POST", "/v1/kafka/send", app.seed_send, ""),
+    ("POST", "/v1/kafka/send/", app.seed_send, ""),  # as the seed (Spring MVC) took it
     ("POST", "/api/v1/transactions", app.txn_prepare, ""),
     ("GET", "/api/v1/transactions/3.17.00ff00ff00ff00ff", app.txn_get, "3.17.00ff00ff00ff00ff"),
     ("POST", "/api/v1/transactions/3.17.00ff00ff00ff00ff/commit", app.txn_commit, "3.17.00ff00ff00ff00ff"),
@@ -43,7 +44,8 @@ def test_routes(method: str, path: str, route: app.Route, param: str) -> None:
         "/api/v1/transactions/x/abort",
         "/api/v1/transactions/x/commit/again",
         "/healthz/",
-        "/v1/kafka/send/",
+        "/v1/kafka/send//",
+        "/v1/kafka/send.json",
     ],
 )
 def test_unknown_paths_are_404(path: str) -> None:
@@ -57,6 +59,7 @@ def test_unknown_paths_are_404(path: str) -> None:
     [
         ("GET", "/api/v1/topics/orders/records", {"POST"}),
         ("PUT", "/v1/kafka/send", {"POST"}),
+        ("GET", "/v1/kafka/send/", {"POST"}),
         ("POST", "/healthz", {"GET", "HEAD"}),
         ("DELETE", "/api/v1/transactions/x", {"GET", "HEAD"}),
         ("GET", "/api/v1/transactions/x/commit", {"POST"}),
