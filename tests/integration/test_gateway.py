@@ -108,6 +108,7 @@ def test_a_seed_client_reads_the_seeds_fields(gateway: ServiceProcess, kafka_boo
     seed's Message.java documents it so), sends no Content-Type or one with a charset, and a UTF-8
     byte order mark (the seed's Jackson reads it), or posts to the path with a trailing slash."""
     create_topic(kafka_bootstrap, topic_name, 1)
+    kafka.ensure_topic({"bootstrap.servers": kafka_bootstrap}, "__ferry_delay", 1)
     body = {"headers": {"content": "goods", "n": 7}, "topic": topic_name, "payload": "hello proxy"}
     raw = json.dumps(body).encode()
     with client(gateway) as c:
@@ -309,7 +310,7 @@ def test_delayed_records_wait_in_the_delay_topic(
     gateway: ServiceProcess, kafka_bootstrap: str, topic_name: str
 ) -> None:
     create_topic(kafka_bootstrap, topic_name, 1)
-    create_topic(kafka_bootstrap, "__ferry_delay", 1)
+    kafka.ensure_topic({"bootstrap.servers": kafka_bootstrap}, "__ferry_delay", 1)  # other tests write it too
     body = {"records": [{"key": "k", "value": "later", "delay_ms": 60_000, "headers": {"a": "b"}}, {"value": "now"}]}
     with client(gateway) as c:
         r = c.post(f"/api/v1/topics/{topic_name}/records", json=body)
