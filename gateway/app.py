@@ -92,9 +92,26 @@ def _seed_answer(code: int, message: str, **extra: Any) -> dict[str, Any]:
     return {"code": code, "message": message, **extra, "msg": "send success" if code == 0 else message, "data": None}
 
 
+SEED_TOPIC_NOT_EXIST, SEED_SEND_FAILED, SEED_DELAY_LEVEL_ERROR = 10005, 10006, 10011
+"""The seed's error codes (its ReturnCodeEnum) for the errors it had too."""
+
+
+def seed_code(status: int, field: str | None) -> int:
+    """The ``code`` of a seed-route error: the seed's own code where the seed had that error (an
+    unknown topic, a bad ``x-delay``, a send that failed: nothing written, or not known to be), so
+    that a seed client's branches on ``code`` still work; else the HTTP status."""
+    if status == 404 and field == "topic":
+        return SEED_TOPIC_NOT_EXIST
+    if status == 400 and field in ("x-delay", "headers.x-delay"):
+        return SEED_DELAY_LEVEL_ERROR
+    if status in (503, 504):
+        return SEED_SEND_FAILED
+    return status
+
+
 def _error_body(request: Request, status: int, message: str, field: str | None) -> dict[str, Any]:
     if request.path in SEED_PATHS:
-        return _seed_answer(status, f"{field}: {message}" if field else message)
+        return _seed_answer(seed_code(status, field), f"{field}: {message}" if field else message)
     return {"error": message, "field": field}
 
 
@@ -287,7 +304,7 @@ async def seed_send(gw: Gateway, request: Request, _: str) -> Response:
         try:
             (result,) = await _write(gw, [rec], partitions, now, deadline)
         except Unknown as exc:  # an answer, not a failure: kept for the key (its retry writes nothing)
-            return 504, _seed_answer(504, str(exc))
+            return 504, _seed_answer(seed_code(504, None), str(exc))
         if "field" in result:  # refused for good: a retry fails the same way
             return 400, _seed_answer(400, f"payload: {result['error']}")
         return 200, _seed_answer(0, "ok", **result)

@@ -97,7 +97,7 @@ def test_seed_route_as_the_seed_documents_it(gateway: ServiceProcess, kafka_boot
     assert ok.status_code == 200
     assert ok.json() == {"code": 0, "message": "ok", "partition": 0, "offset": 0, "msg": "send success", "data": None}
     assert missing.status_code == 400 and missing.json()["code"] != 0 and "payload" in missing.json()["message"]
-    assert unknown.status_code == 404 and unknown.json()["code"] != 0
+    assert unknown.status_code == 404 and unknown.json()["code"] == 10005  # the seed's TOPIC_NOT_EXIST
     [(_, _, key, value, headers)] = read(kafka_bootstrap, topic_name)
     assert (key, value, dict(headers)) == (None, b"hello proxy", {"content": b"goods", "instant": b"yes"})
 
@@ -126,6 +126,7 @@ def test_a_seed_client_reads_the_seeds_fields(gateway: ServiceProcess, kafka_boo
     assert delayed.status_code == 200 and delayed.json()["code"] == 0, delayed.text
     assert delayed.json()["scheduled"] is True and delayed.json()["msg"] == "send success"
     assert refused.status_code == 404 and refused.json()["msg"] == refused.json()["message"]
+    assert refused.json()["code"] == 10005  # the seed's TOPIC_NOT_EXIST, for its clients' branches on code
     got = read(kafka_bootstrap, topic_name)
     assert [(value, dict(headers)) for *_, value, headers in got] == [
         (b"hello proxy", {"content": b"goods", "n": b"7"})
@@ -323,6 +324,7 @@ def test_delayed_records_wait_in_the_delay_topic(
     assert "offset" in now
     assert seed.status_code == 200 and seed.json()["code"] == 0 and seed.json()["scheduled"] is True
     assert bad.status_code == 400 and "x-delay" in bad.json()["message"]
+    assert bad.json()["code"] == 10011  # the seed's DELAY_LEVEL_ERROR
     assert as_http.status_code == 200 and as_http.json()["scheduled"] is True, as_http.text
     assert [v for *_, v, _ in read(kafka_bootstrap, topic_name)] == [b"now"]
     waiting = read(kafka_bootstrap, "__ferry_delay")

@@ -92,3 +92,24 @@ def test_every_path_of_the_openapi_document_is_routed() -> None:
         for method in operations:
             route, _ = app._route(method.upper(), path)
             assert route is not None, (method, template)
+
+
+@pytest.mark.parametrize(
+    ("status", "field", "code"),
+    [
+        (404, "topic", 10005),  # the seed's TOPIC_NOT_EXIST
+        (400, "headers.x-delay", 10011),  # DELAY_LEVEL_ERROR
+        (400, "x-delay", 10011),
+        (503, None, 10006),  # SEND_FAILED: nothing written
+        (503, "Idempotency-Key", 10006),
+        (504, None, 10006),  # not known to be written
+        (400, "payload", 400),  # errors the seed did not have: the HTTP status
+        (400, "topic", 400),
+        (401, None, 401),
+        (403, "topic", 403),
+        (404, None, 404),  # no such route
+        (413, None, 413),
+    ],
+)
+def test_seed_route_error_codes(status: int, field: str | None, code: int) -> None:
+    assert app.seed_code(status, field) == code
