@@ -378,6 +378,67 @@ async function internal() {
   timer = setInterval(() => { if (location.hash === "#/internal") { clear(); internal(); } }, 5000);
 }
 
+// ---- API tokens (admin) -------------------------------------------------------------------
+async function tokens() {
+  const listed = el("div");
+  const name = el("input", { id: "t-name", type: "text", autocomplete: "off", "aria-describedby": "t-name-error" });
+  const scope = el("select", { id: "t-scope" }, ["read", "produce", "admin"].map((v) => el("option", { value: v, text: v })));
+  const topics = el("input", { id: "t-topics", type: "text", autocomplete: "off", "aria-describedby": "t-topics-error" });
+  const errs = { name: el("div", { class: "error", id: "t-name-error" }), topics: el("div", { class: "error", id: "t-topics-error" }) };
+  const general = el("div", { class: "error", id: "t-error" });
+  const topicsField = el("div", { class: "field" }, el("label", { for: "t-topics", text: "Topic patterns" }), topics,
+    el("div", { class: "hint", text: "comma-separated topics the token may produce to over the gateway; * matches any run of characters, e.g. orders, billing.*" }), errs.topics);
+  const showTopics = () => { topicsField.hidden = scope.value !== "produce"; };
+  scope.addEventListener("change", showTopics); showTopics();
+  const created = el("div", { id: "t-created" });
+  const form = el("form", { class: "card", novalidate: true, on: { submit: async (e) => {
+    e.preventDefault();
+    for (const [k, d] of Object.entries(errs)) { d.textContent = ""; (k === "name" ? name : topics).removeAttribute("aria-invalid"); }
+    general.textContent = "";
+    const body = { name: name.value.trim(), scope: scope.value };
+    if (scope.value === "produce") body.topics = topics.value.split(",").map((t) => t.trim()).filter(Boolean);
+    try {
+      const t = await api("POST", "/tokens", body);
+      const secret = el("code", { id: "t-secret", class: "mono", text: t.token });
+      created.replaceChildren(el("div", { class: "card", role: "status" },
+        el("h2", { text: `Token ${t.name} (${t.scope}) created` }),
+        el("p", {}, "Copy it now: it is shown only this once. ", secret),
+        el("button", { type: "button", text: "Done", on: { click: () => route() } })));
+      name.value = ""; topics.value = "";
+      await load();
+      secret.scrollIntoView();
+    } catch (err) {
+      const key = err.field && (err.field === "name" ? "name" : err.field.startsWith("topics") ? "topics" : null);
+      if (key) { errs[key].textContent = err.message; const i = key === "name" ? name : topics; i.setAttribute("aria-invalid", "true"); i.focus(); }
+      else general.textContent = (err.field ? err.field + ": " : "") + err.message;
+    }
+  } } },
+    el("h2", { text: "New token" }),
+    el("div", { class: "grid" },
+      el("div", { class: "field" }, el("label", { for: "t-name", text: "Name" }), name, el("div", { class: "hint", text: "who or what uses the token" }), errs.name),
+      el("div", { class: "field" }, el("label", { for: "t-scope", text: "Scope" }), scope,
+        el("div", { class: "hint", text: "read: GETs; produce: the gateway only, for the topics below; admin: everything" })),
+      topicsField),
+    general,
+    el("div", { class: "actions" }, el("button", { class: "primary", type: "submit", text: "Create token" })));
+  const revoke = (t) => el("button", { type: "button", class: "danger", disabled: t.revoked_at !== null, "aria-label": `Revoke ${t.name}`, text: "Revoke", on: { click: async () => {
+    if (!confirm(`Revoke token ${t.name}? Whoever uses it is refused from now on.`)) return;
+    try { await api("DELETE", `/tokens/${t.id}`); toast("Revoked"); route(); } catch (err) { toast(err.message); }
+  } } });
+  const when = (v) => (v ? new Date(v).toLocaleString() : "—");
+  const load = async () => {
+    const { tokens } = await api("GET", "/tokens");
+    listed.replaceChildren(tokens.length
+      ? el("table", { id: "tokens" }, el("thead", {}, el("tr", {}, ["Id", "Name", "Scope", "Topics", "Created", "Last used", "Revoked", ""].map((h) => el("th", { text: h })))),
+        el("tbody", {}, tokens.map((t) => el("tr", { "data-id": t.id }, el("td", { class: "num", text: t.id }), el("td", { text: t.name }), el("td", {}, badge(t.scope)),
+          el("td", { class: "mono", text: t.topics ? t.topics.join(", ") : "" }), el("td", { text: when(t.created_at) }), el("td", { text: when(t.last_used_at) }),
+          el("td", { text: when(t.revoked_at) }), el("td", {}, revoke(t))))))
+      : el("p", { class: "muted", text: "No tokens yet besides the bootstrap admin token." }));
+  };
+  await load();
+  main.append(el("h1", { text: "API tokens" }), created, form, listed);
+}
+
 // ---- router --------------------------------------------------------------------------------
 // Renders run one after another: a hashchange during a render waits instead of interleaving.
 let routing = Promise.resolve();
@@ -394,6 +455,7 @@ async function render() {
     else if ((m = h.match(/^#\/subscriptions\/(.+)$/))) await show(decodeURIComponent(m[1]));
     else if (h === "#/workers") await workers();
     else if (h === "#/internal") await internal();
+    else if (h === "#/tokens") await tokens();
     else await list();
   } catch (err) {
     if (err.message !== "signed out") main.append(el("p", { class: "card error", text: err.message }));

@@ -1,0 +1,68 @@
+"""Part II in the web UI: produce tokens with topic patterns (shown once), and a subscription's
+filter, delay and durable retries through the form, with the API's errors next to the field."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.browser.test_ui import ARGS, CHROMIUM
+from tests.support.needs import missing
+from tests.support.stack import DevStack
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+TOKEN_RE = re.compile(r"^fy_[A-Za-z0-9_-]{20,}$")
+
+
+def _signed_in(pw: Any, s: dict[str, Any]) -> tuple[Any, Any]:
+    from playwright.sync_api import expect
+
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    page = browser.new_page(viewport={"width": 1200, "height": 800})
+    page.goto(s["portal_url"])
+    page.fill("#token", s["admin_token"])
+    page.click("button[type=submit]")
+    expect(page.get_by_role("heading", name="Subscriptions")).to_be_visible()
+    return browser, page
+
+
+def test_produce_token_with_topic_patterns_in_the_browser(tmp_path: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
+    from playwright.sync_api import expect, sync_playwright
+
+    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
+        s = stack.state
+        browser, page = _signed_in(pw, s)
+
+        # A produce token with topic patterns: the patterns field shows for that scope only, a bad
+        # pattern is named next to it (what was typed stays), and the token is shown once.
+        page.get_by_role("link", name="Tokens").click()
+        expect(page.get_by_role("heading", name="API tokens")).to_be_visible()
+        expect(page.locator("#t-topics")).to_be_hidden()
+        page.get_by_label("Name").fill("shop")
+        page.get_by_label("Scope").select_option("produce")
+        topics = page.get_by_label("Topic patterns")
+        topics.fill("orders, bad topic!")
+        page.click("button:has-text('Create token')")
+        expect(page.locator("#t-topics-error")).to_contain_text("pattern")
+        expect(topics).to_have_attribute("aria-invalid", "true")
+        expect(topics).to_have_value("orders, bad topic!")
+        topics.fill("orders, billing.*")
+        page.click("button:has-text('Create token')")
+        secret = page.locator("#t-secret")
+        expect(secret).to_have_text(TOKEN_RE)
+        plain = secret.inner_text()
+        row = page.locator("#tokens tbody tr", has_text="shop")
+        expect(row).to_contain_text("produce")
+        expect(row).to_contain_text("orders, billing.*")
+        page.click("button:has-text('Done')")
+        expect(page.locator("#t-secret")).to_have_count(0)
+        assert plain not in page.content()  # shown once: never again
+        page.on("dialog", lambda d: d.accept())
+        page.get_by_role("button", name="Revoke shop").click()
+        expect(page.get_by_role("button", name="Revoke shop")).to_be_disabled()
+        browser.close()
