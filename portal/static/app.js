@@ -115,6 +115,8 @@ const FIELDS = [
   ["retry.max_attempts", "Max attempts", "number", ""],
   ["retry.initial_backoff_ms", "Initial backoff (ms)", "number", ""],
   ["retry.max_backoff_ms", "Max backoff (ms)", "number", ""],
+  ["delay_ms", "Delay (ms)", "number", "push each record no earlier than its timestamp + this (up to 7 days)"],
+  ["filter", "Filter (JSON)", "json", 'only matching records are pushed, e.g. {"exact": {"type": "order"}}, {"prefix": {"source": "shop"}} or {"sql": "INT(amount) >= 100"}; empty: every record'],
   ["retry.mode", "Retry mode", "select:memory,durable", "durable: a record waiting for a retry waits in the delay store, not in the window (ordering none only)"],
   ["dead_letter_topic", "Dead-letter topic", "text", "default <name>.dlq"],
   ["start_from", "Start from", "select:earliest,latest", "where a new subscription starts"],
@@ -123,7 +125,7 @@ const FIELDS = [
   ["batch.linger_ms", "Batch: linger (ms)", "number", "wait this long for a full batch; default 0"],
 ];
 // What the portal fills in when a field is left empty (docs/api.md).
-const DEFAULTS = { "endpoint.timeout_ms": 5000, "max_in_flight": 100, "retry.max_attempts": 5, "retry.initial_backoff_ms": 200, "retry.max_backoff_ms": 30000, "batch.max_bytes": 1048576, "batch.linger_ms": 0 };
+const DEFAULTS = { "delay_ms": 0, "endpoint.timeout_ms": 5000, "max_in_flight": 100, "retry.max_attempts": 5, "retry.initial_backoff_ms": 200, "retry.max_backoff_ms": 30000, "batch.max_bytes": 1048576, "batch.linger_ms": 0 };
 function get(doc, path) { return path.split(".").reduce((o, k) => (o ? o[k] : undefined), doc); }
 function put(doc, path, value) {
   const keys = path.split("."); let o = doc;
@@ -137,11 +139,12 @@ async function edit(name) {
     const id = "f-" + path.replace(/\./g, "-");
     let input;
     if (type.startsWith("select:")) input = el("select", { id }, type.slice(7).split(",").map((v) => el("option", { value: v, text: v })));
-    else if (type === "textarea") input = el("textarea", { id, rows: 2 });
+    else if (type === "textarea" || type === "json") input = el("textarea", { id, rows: 2, spellcheck: type === "json" ? "false" : null });
     else input = el("input", { id, type, placeholder: DEFAULTS[path] === undefined ? null : `default ${DEFAULTS[path]}` });
     let value = existing ? get(existing, path) : undefined;
     if ((path === "topics" || path === "clusters") && value) value = value.join(", ");
     if (path === "endpoint.headers" && value) value = Object.entries(value).map(([k, v]) => `${k}: ${v}`).join("\n");
+    if (type === "json" && value) value = JSON.stringify(value);
     if (value !== undefined && value !== null) input.value = value;
     if (path === "name" && existing) input.readOnly = true;
     inputs[path] = input;
@@ -161,6 +164,14 @@ async function edit(name) {
     for (const [path, , type] of FIELDS) {
       if (path.startsWith("batch.") && !batched) continue;
       let v = inputs[path].value.trim();
+      if (type === "json") {
+        // Empty removes the filter; a filter that is not JSON is named here, before any request.
+        if (v === "") { put(doc, path, null); continue; }
+        try { v = JSON.parse(v); } catch (err) {
+          errors[path].textContent = "is not valid JSON: " + err.message; inputs[path].setAttribute("aria-invalid", "true"); inputs[path].focus(); return;
+        }
+        put(doc, path, v); continue;
+      }
       if (v === "" && path !== "endpoint.headers") continue;
       if (path === "topics" || path === "clusters") v = v.split(",").map((t) => t.trim()).filter(Boolean);
       else if (path === "endpoint.headers") {
@@ -176,7 +187,7 @@ async function edit(name) {
       toast(existing ? "Saved" : "Subscription created");
       location.hash = `#/subscriptions/${encodeURIComponent(doc.name)}`;
     } catch (err) {
-      const key = err.field && Object.keys(inputs).find((p) => err.field === p || err.field.startsWith(p + "."));
+      const key = err.field && Object.keys(inputs).find((p) => err.field === p || err.field.startsWith(p + ".") || err.field.startsWith(p + "["));
       if (key) { errors[key].textContent = err.message; inputs[key].setAttribute("aria-invalid", "true"); inputs[key].focus(); }
       else general.textContent = (err.field ? err.field + ": " : "") + err.message;
     }
@@ -236,6 +247,7 @@ async function show(name) {
   const dlq = el("div");
   const warnings = el("div");
   const traced = el("div", { id: "trace-result" });
+  const durable = (sub.retry || {}).mode === "durable";
   const multi = (sub.clusters || []).length > 1 || (sub.clusters && sub.clusters[0] !== "default");
   const lookup = async (topic, partition, offset, cluster) => {
     const where = cluster && cluster !== "default" ? `?cluster=${encodeURIComponent(cluster)}` : "";
@@ -263,7 +275,7 @@ async function show(name) {
     body.replaceChildren(...st.partitions.map((p) => el("tr", {},
       ...(multi ? [el("td", { text: p.cluster })] : []),
       el("td", { text: p.topic }), el("td", { class: "num", text: p.partition }), el("td", { text: p.worker || "—" }),
-      ...["committed", "high_watermark", "lag", "stalled_s", "in_flight", "delivered", "retried", "dead_lettered", "filtered"].map((k) => el("td", { class: "num", text: fmt(p[k]) })))));
+      ...["committed", "high_watermark", "lag", "stalled_s", "in_flight", "delivered", "retried", "dead_lettered", "filtered", ...(durable ? ["deferred"] : [])].map((k) => el("td", { class: "num", text: fmt(p[k]) })))));
     warnings.replaceChildren(...(st.warnings || []).map((w) => el("p", { class: "card error", text: w })));
     pauseBtn.disabled = st.state === "paused";
     resumeBtn.disabled = st.state !== "paused";
@@ -298,7 +310,8 @@ async function show(name) {
   };
   main.append(
     el("div", { class: "toolbar" }, el("h1", {}, sub.name, " ", state, " ", healthNow)),
-    el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight` + (multi ? ` · clusters ${sub.clusters.join(", ")}` : "") + (sub.batch ? ` · batches of up to ${sub.batch.max_records} records` : "")),
+    el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight` + (multi ? ` · clusters ${sub.clusters.join(", ")}` : "") + (sub.batch ? ` · batches of up to ${sub.batch.max_records} records` : "") + (sub.delay_ms ? ` · delayed ${fmt(sub.delay_ms)} ms` : "") + (durable ? " · durable retries" : "")),
+    ...(sub.filter ? [el("p", { class: "muted" }, "Filter: ", el("code", { id: "sub-filter", text: JSON.stringify(sub.filter) }))] : []),
     el("div", { class: "actions" },
       pauseBtn, resumeBtn,
       el("a", { class: "button", href: `#/edit/${encodeURIComponent(name)}`, text: "Edit" }),
@@ -318,8 +331,8 @@ async function show(name) {
     charts,
     el("h2", { text: "Partitions" }),
     el("table", { id: "partitions" }, el("thead", {}, el("tr", {}, ...(multi ? [el("th", { text: "Cluster" })] : []), el("th", { text: "Topic" }), el("th", { class: "num", text: "Partition" }), el("th", { text: "Worker" }),
-      ["Committed", "High watermark", "Lag", "Held (s)", "In flight", "Delivered", "Retried", "Dead-lettered", "Filtered"].map((h) =>
-        el("th", { class: "num", text: h, title: h === "Held (s)" ? "Seconds the committed watermark has not moved while records wait at or above it: one record the endpoint keeps failing holds the partition (0 while it moves)" : "" })))), body),
+      ["Committed", "High watermark", "Lag", "Held (s)", "In flight", "Delivered", "Retried", "Dead-lettered", "Filtered", ...(durable ? ["Deferred"] : [])].map((h) =>
+        el("th", { class: "num", text: h, title: h === "Held (s)" ? "Seconds the committed watermark has not moved while records wait at or above it: one record the endpoint keeps failing holds the partition (0 while it moves)" : h === "Deferred" ? "Records handed to the delay store to wait for a durable retry" : h === "Filtered" ? "Records the filter rejected: acknowledged without a push" : "" })))), body),
     el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }), redriveBtn),
     dlq,
     el("h2", { text: "Where is my record?" }),

@@ -66,3 +66,45 @@ def test_produce_token_with_topic_patterns_in_the_browser(tmp_path: Path) -> Non
         page.get_by_role("button", name="Revoke shop").click()
         expect(page.get_by_role("button", name="Revoke shop")).to_be_disabled()
         browser.close()
+
+
+def test_filter_delay_and_durable_retries_in_the_form(tmp_path: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
+    from playwright.sync_api import expect, sync_playwright
+
+    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
+        s = stack.state
+        browser, page = _signed_in(pw, s)
+        # Filter, delay and durable retries through the subscription form.
+        page.goto(s["portal_url"] + "/#/new")
+        page.fill("#f-name", "ui-filtered")
+        page.fill("#f-topics", "orders")
+        page.fill("#f-endpoint-url", "http://127.0.0.1:9/hook")
+        page.get_by_label("Delay (ms)").fill("1500")
+        flt = page.get_by_label("Filter (JSON)")
+        flt.fill('{"exact": ')
+        page.click("button:has-text('Create')")
+        expect(page.locator("#f-filter-error")).to_contain_text("not valid JSON")
+        flt.fill('{"sql": "INT(amount >= "}')
+        page.click("button:has-text('Create')")
+        expect(page.locator("#f-filter-error")).to_contain_text("expression")  # the API's own words
+        expect(flt).to_have_attribute("aria-invalid", "true")
+        expect(page.get_by_label("Delay (ms)")).to_have_value("1500")
+        flt.fill('{"prefix": {"type": "order"}}')
+        page.select_option("#f-ordering", "none")
+        page.select_option("#f-retry-mode", "durable")
+        page.click("button:has-text('Create')")
+        expect(page.get_by_role("heading", name="ui-filtered")).to_be_visible()
+        expect(page.locator("#sub-filter")).to_have_text('{"prefix":{"type":"order"}}')
+        expect(page.locator("main")).to_contain_text("delayed 1,500 ms")
+        expect(page.locator("#partitions thead")).to_contain_text("Deferred")
+        page.click("text=Edit")
+        expect(page.get_by_label("Filter (JSON)")).to_have_value('{"prefix":{"type":"order"}}')
+        expect(page.get_by_label("Delay (ms)")).to_have_value("1500")
+        page.get_by_label("Filter (JSON)").fill("")  # empty removes the filter
+        page.click("button:has-text('Save')")
+        expect(page.get_by_role("heading", name="ui-filtered")).to_be_visible()
+        expect(page.locator("#partitions thead")).to_be_visible()
+        expect(page.locator("#sub-filter")).to_have_count(0)
+        browser.close()
