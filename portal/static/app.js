@@ -262,7 +262,8 @@ async function show(name) {
   const clusterIn = el("select", { id: "trace-cluster", "aria-label": "Kafka cluster" }, (sub.clusters || ["default"]).map((c) => el("option", { value: c, text: c })));
   const traceForm = el("form", { class: "inline", on: { submit: (e) => { e.preventDefault(); lookup(topicIn.value, partIn.value, offIn.value, clusterIn.value).catch((err) => toast(err.message)); } } },
     ...(multi ? [clusterIn] : []), topicIn, partIn, offIn, el("button", { type: "submit", text: "Find record" }));
-  const act = (label, cls, fn) => el("button", { type: "button", class: cls, text: label, on: { click: fn } });
+  // An action the API refuses (a read token, a conflict) says why instead of failing silently.
+  const act = (label, cls, fn) => el("button", { type: "button", class: cls, text: label, on: { click: () => fn().catch((err) => { if (err.message !== "signed out") toast(`${label.replace(/…$/, "")}: ${err.message}`); }) } });
   const pauseBtn = act("Pause", "", async () => { await api("POST", path + "/pause"); toast("Paused"); refresh(); });
   const resumeBtn = act("Resume", "", async () => { await api("POST", path + "/resume"); toast("Resumed"); refresh(); });
   const redriveBtn = act("Redrive dead letters", "", async () => {

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.browser.test_ui import ARGS, CHROMIUM
@@ -107,4 +108,24 @@ def test_filter_delay_and_durable_retries_in_the_form(tmp_path: Path) -> None:
         expect(page.get_by_role("heading", name="ui-filtered")).to_be_visible()
         expect(page.locator("#partitions thead")).to_be_visible()
         expect(page.locator("#sub-filter")).to_have_count(0)
+        browser.close()
+
+
+def test_a_refused_action_says_why(tmp_path: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
+    from playwright.sync_api import expect, sync_playwright
+
+    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
+        s = stack.state
+        api = {"Authorization": f"Bearer {s['admin_token']}"}
+        sub = {"name": "ui-readonly", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}}
+        assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
+        made = httpx.post(s["portal_url"] + "/api/v1/tokens", json={"name": "viewer", "scope": "read"}, headers=api)
+        browser, page = _signed_in(pw, {**s, "admin_token": made.json()["token"]})
+        page.goto(s["portal_url"] + "/#/subscriptions/ui-readonly")
+        expect(page.get_by_role("heading", name="ui-readonly")).to_be_visible()
+        page.get_by_role("button", name="Pause").click()
+        expect(page.locator("#toast")).to_contain_text("Pause: ")  # the API's 403, not silence
+        expect(page.locator("#sub-state .badge")).to_have_text("active")
         browser.close()
