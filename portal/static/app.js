@@ -299,13 +299,15 @@ async function show(name) {
       el("h2", { text: "Lag" }), chart("lag-chart", "Lag over time, total and per partition", lags.slice(0, 13), "", true), legend(lags.slice(0, 13)),
       el("p", { class: "muted small", text: `Sampled every ${h.interval_s} s by the portal; the last hour is kept.` }));
   };
+  // A dead letter's row looks its record up on a click, or Enter/Space when focused (keyboard use).
+  const find = (d) => lookup(d.source_topic, d.source_partition, d.source_offset).catch((err) => toast(err.message));
   const loadDlq = async () => {
     const { dead_letters } = await api("GET", path + "/dead-letters?limit=20");
     redriveBtn.disabled = !dead_letters.some((d) => !d.redriven);
     redriveBtn.title = redriveBtn.disabled ? "No dead letter waits for a redrive" : "";
     dlq.replaceChildren(dead_letters.length
       ? el("table", {}, el("thead", {}, el("tr", {}, ["Source", "Key", "Error", "Attempts"].map((h) => el("th", { text: h })))),
-        el("tbody", {}, dead_letters.map((d) => el("tr", { class: "clickable", title: "Where is this record?", on: { click: () => lookup(d.source_topic, d.source_partition, d.source_offset).catch((err) => toast(err.message)) } }, el("td", { class: "mono", text: `${d.source_topic}/${d.source_partition}/${d.source_offset}` + (d.redriven ? " (redriven)" : "") }),
+        el("tbody", {}, dead_letters.map((d) => el("tr", { class: "clickable", title: "Where is this record?", tabindex: "0", on: { click: () => find(d), keydown: (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); find(d); } } } }, el("td", { class: "mono", text: `${d.source_topic}/${d.source_partition}/${d.source_offset}` + (d.redriven ? " (redriven)" : "") }),
           el("td", { text: d.key === null ? "(null)" : d.key }), el("td", { text: d.error || "" }), el("td", { class: "num", text: fmt(d.attempts) })))))
       : el("p", { class: "muted", text: "No dead letters." }));
   };

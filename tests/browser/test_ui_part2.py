@@ -1,5 +1,6 @@
 """Part II in the web UI: produce tokens with topic patterns (shown once), and a subscription's
-filter, delay and durable retries through the form, with the API's errors next to the field."""
+filter, delay and durable retries through the form, with the API's errors next to the field; a
+refused action says why; a dead letter is traced from the keyboard."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from ferry.devstack.embedded import free_port
 from tests.browser.test_ui import ARGS, CHROMIUM
+from tests.support.kafka import create_topic, produce
 from tests.support.needs import missing
 from tests.support.stack import DevStack
 
@@ -128,4 +131,32 @@ def test_a_refused_action_says_why(tmp_path: Path) -> None:
         page.get_by_role("button", name="Pause").click()
         expect(page.locator("#toast")).to_contain_text("Pause: ")  # the API's 403, not silence
         expect(page.locator("#sub-state .badge")).to_have_text("active")
+        browser.close()
+
+
+def test_a_dead_letter_is_traced_from_the_keyboard(tmp_path: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
+    from playwright.sync_api import expect, sync_playwright
+
+    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
+        s = stack.state
+        create_topic(s["kafka_bootstrap"], "ui-dlq", 1)
+        closed = f"http://127.0.0.1:{free_port()}/hook"
+        sub = {
+            "name": "ui-dlq",
+            "topics": ["ui-dlq"],
+            "endpoint": {"url": closed},
+            "retry": {"max_attempts": 1, "initial_backoff_ms": 50, "max_backoff_ms": 100},
+        }
+        api = {"Authorization": f"Bearer {s['admin_token']}"}
+        assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
+        produce(s["kafka_bootstrap"], "ui-dlq", [(b"k", b"{}", 0)])
+        browser, page = _signed_in(pw, s)
+        page.goto(s["portal_url"] + "/#/subscriptions/ui-dlq")
+        row = page.locator("tr.clickable").first
+        expect(row).to_be_visible(timeout=60_000)  # the dead letter, listed on the page's load
+        row.focus()
+        page.keyboard.press("Enter")
+        expect(page.locator("#trace-result .badge")).to_have_text("dead_lettered", timeout=10_000)
         browser.close()
