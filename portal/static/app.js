@@ -51,7 +51,12 @@ function login() {
       sessionStorage.setItem("ferry-token", candidate);
       if (location.hash === "#/subscriptions") route(); else location.hash = "#/subscriptions";
     }
-    else { error.textContent = "That token was not accepted."; input.select(); }
+    else {
+      // Only a 401 means a wrong token; say what else went wrong (a block after wrong tokens, no portal).
+      const why = !res ? "The portal cannot be reached." : res.status === 401 ? "That token was not accepted."
+        : ((await res.json().catch(() => null)) || {}).error || `The portal answered ${res.status}.`;
+      error.textContent = why; input.select();
+    }
   } } },
     el("h1", { text: "Sign in to Ferry" }),
     el("div", { class: "field" }, el("label", { for: "token", text: "API token" }), input,

@@ -1,6 +1,6 @@
 """Part II in the web UI: produce tokens with topic patterns (shown once), and a subscription's
 filter, delay and durable retries through the form, with the API's errors next to the field; a
-refused action says why; a dead letter is traced from the keyboard."""
+refused action says why; a dead letter is traced from the keyboard; a blocked sign-in says so."""
 
 from __future__ import annotations
 
@@ -159,4 +159,25 @@ def test_a_dead_letter_is_traced_from_the_keyboard(tmp_path: Path) -> None:
         row.focus()
         page.keyboard.press("Enter")
         expect(page.locator("#trace-result .badge")).to_have_text("dead_lettered", timeout=10_000)
+        browser.close()
+
+
+def test_sign_in_says_when_the_address_is_blocked(tmp_path: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
+    from playwright.sync_api import expect, sync_playwright
+
+    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
+        s = stack.state
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page()
+        page.goto(s["portal_url"])
+        for i in range(10):  # ten wrong tokens block this address for a minute
+            page.fill("#token", f"wrong-{i}")
+            page.click("button[type=submit]")
+            expect(page.locator("#login-error")).to_have_text("That token was not accepted.")
+            page.evaluate("document.getElementById('login-error').textContent = ''")
+        page.fill("#token", s["admin_token"])
+        page.click("button[type=submit]")
+        expect(page.locator("#login-error")).to_contain_text("too many invalid tokens")
         browser.close()
