@@ -132,6 +132,11 @@ const FIELDS = [
 // What the portal fills in when a field is left empty (docs/api.md).
 const DEFAULTS = { "delay_ms": 0, "endpoint.timeout_ms": 5000, "max_in_flight": 100, "retry.max_attempts": 5, "retry.initial_backoff_ms": 200, "retry.max_backoff_ms": 30000, "batch.max_bytes": 1048576, "batch.linger_ms": 0 };
 function get(doc, path) { return path.split(".").reduce((o, k) => (o ? o[k] : undefined), doc); }
+function drop(doc, path) {
+  const keys = path.split("."); const last = keys.pop();
+  const o = keys.length ? get(doc, keys.join(".")) : doc;
+  if (o && typeof o === "object") delete o[last];
+}
 function put(doc, path, value) {
   const keys = path.split("."); let o = doc;
   for (const k of keys.slice(0, -1)) o = o[k] = o[k] || {};
@@ -177,6 +182,8 @@ async function edit(name) {
         }
         put(doc, path, v); continue;
       }
+      // An emptied field gets its default (the hint says which), also when editing.
+      if (v === "" && (path in DEFAULTS || path === "clusters")) { drop(doc, path); continue; }
       if (v === "" && path !== "endpoint.headers") continue;
       if (path === "topics" || path === "clusters") v = v.split(",").map((t) => t.trim()).filter(Boolean);
       else if (path === "endpoint.headers") {

@@ -1,6 +1,7 @@
 """Part II in the web UI: produce tokens with topic patterns (shown once), and a subscription's
 filter, delay and durable retries through the form, with the API's errors next to the field; a
-refused action says why; a dead letter is traced from the keyboard; a blocked sign-in says so."""
+refused action says why; a dead letter is traced from the keyboard; a blocked sign-in says so; an
+emptied number field gets its default on edit."""
 
 from __future__ import annotations
 
@@ -180,4 +181,36 @@ def test_sign_in_says_when_the_address_is_blocked(tmp_path: Path) -> None:
         page.fill("#token", s["admin_token"])
         page.click("button[type=submit]")
         expect(page.locator("#login-error")).to_contain_text("too many invalid tokens")
+        browser.close()
+
+
+def test_an_emptied_number_gets_its_default_on_edit(tmp_path: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
+    from playwright.sync_api import expect, sync_playwright
+
+    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
+        s = stack.state
+        api = {"Authorization": f"Bearer {s['admin_token']}"}
+        sub = {
+            "name": "ui-defaults",
+            "topics": ["orders"],
+            "endpoint": {"url": "http://127.0.0.1:9/hook"},
+            "retry": {"max_attempts": 3},
+            "delay_ms": 2000,
+        }
+        url = s["portal_url"] + "/api/v1/subscriptions"
+        assert httpx.post(url, json=sub, headers=api).status_code == 201
+        browser, page = _signed_in(pw, s)
+        page.goto(s["portal_url"] + "/#/edit/ui-defaults")
+        attempts = page.get_by_label("Max attempts")
+        expect(attempts).to_have_value("3")
+        expect(attempts).to_have_attribute("placeholder", "default 5")
+        attempts.fill("")
+        page.get_by_label("Delay (ms)").fill("")
+        page.click("button:has-text('Save')")
+        expect(page.locator("#partitions")).to_be_visible()  # saved: the subscription's page
+        saved = httpx.get(url + "/ui-defaults", headers=api).json()
+        assert saved["retry"]["max_attempts"] == 5, saved  # the default the field showed
+        assert saved.get("delay_ms", 0) == 0, saved
         browser.close()
