@@ -360,6 +360,7 @@ async function show(name) {
   timer = setInterval(() => {
     refresh().catch(() => {});
     if (++ticks % every === 0) drawHistory().catch(() => {});
+    if (ticks % 5 === 0) loadDlq().catch(() => {}); // new dead letters (and the redrive button) every 10 s
   }, 2000);
 }
 

@@ -1,7 +1,7 @@
 """Part II in the web UI: produce tokens with topic patterns (shown once), and a subscription's
 filter, delay and durable retries through the form, with the API's errors next to the field; a
-refused action says why; a dead letter is traced from the keyboard; a blocked sign-in says so; an
-emptied number field gets its default on edit."""
+refused action says why; a new dead letter shows on the open page and is traced from the
+keyboard; a blocked sign-in says so; an emptied number field gets its default on edit."""
 
 from __future__ import annotations
 
@@ -152,11 +152,14 @@ def test_a_dead_letter_is_traced_from_the_keyboard(tmp_path: Path) -> None:
         }
         api = {"Authorization": f"Bearer {s['admin_token']}"}
         assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
-        produce(s["kafka_bootstrap"], "ui-dlq", [(b"k", b"{}", 0)])
         browser, page = _signed_in(pw, s)
         page.goto(s["portal_url"] + "/#/subscriptions/ui-dlq")
+        expect(page.locator("text=No dead letters.")).to_be_visible()
+        expect(page.get_by_role("button", name="Redrive dead letters")).to_be_disabled()
+        produce(s["kafka_bootstrap"], "ui-dlq", [(b"k", b"{}", 0)])
         row = page.locator("tr.clickable").first
-        expect(row).to_be_visible(timeout=60_000)  # the dead letter, listed on the page's load
+        expect(row).to_be_visible(timeout=60_000)  # the open page lists a new dead letter
+        expect(page.get_by_role("button", name="Redrive dead letters")).to_be_enabled()
         row.focus()
         page.keyboard.press("Enter")
         expect(page.locator("#trace-result .badge")).to_have_text("dead_lettered", timeout=10_000)
