@@ -37,6 +37,22 @@ async function api(method, path, body) {
 function fmt(n) { return n === null || n === undefined ? "—" : Number(n).toLocaleString(); }
 function badge(state) { return el("span", { class: "badge " + state, text: state }); }
 function clear() { if (timer) { clearInterval(timer); timer = null; } main.replaceChildren(); }
+// A page redrawn every 5 s: the link that had the keyboard focus keeps it, and an API error is
+// shown (and retried) instead of leaving the page blank.
+function poll(hash, page) {
+  timer = setInterval(() => { if ((location.hash || "#/subscriptions") === hash) redraw(hash, page); }, 5000);
+}
+async function redraw(hash, page) {
+  const had = document.activeElement;
+  const href = had && main.contains(had) ? had.getAttribute("href") : null;
+  clear();
+  try { await page(); } catch (err) {
+    if (err.message === "signed out") return;
+    main.append(el("p", { class: "card error", role: "alert", text: `${err.message} (retrying every 5 s)` }));
+    poll(hash, page);
+  }
+  if (href) { const again = [...main.querySelectorAll("a[href]")].find((a) => a.getAttribute("href") === href); if (again) again.focus(); }
+}
 
 // ---- login ---------------------------------------------------------------------------------
 function login() {
@@ -104,7 +120,7 @@ async function list() {
       ? el("table", { id: "subscriptions" }, el("thead", {}, el("tr", {}, heads.map(([h, cls, title]) => el("th", { class: cls || null, title: title || null, text: h })))), el("tbody", {}, rows))
       : el("p", { class: "card muted", text: "No subscriptions yet. Create one to start pushing records to an HTTP endpoint." }),
     el("p", { class: "muted small", text: `Health and rates from the last minute of samples taken every ${health.interval_s} s; hover a badge for what it means.` }));
-  timer = setInterval(() => { if ((location.hash || "#/subscriptions") === "#/subscriptions") { clear(); list().catch(() => {}); } }, 5000);
+  poll("#/subscriptions", list);
 }
 
 // ---- create / edit -------------------------------------------------------------------------
@@ -386,7 +402,7 @@ async function workers() {
       return [el("h2", { class: "zone", text: `${z ? "Zone " + z : "No zone"} · ${ws.length} worker${ws.length === 1 ? "" : "s"}` }), table(ws)];
     }))
     : [el("p", { class: "card muted", text: "No live workers." })]));
-  timer = setInterval(() => { if (location.hash === "#/workers") { clear(); workers(); } }, 5000);
+  poll("#/workers", workers);
 }
 
 // ---- Ferry's own work: delays and transactions --------------------------------------------
@@ -404,7 +420,7 @@ async function internal() {
           el("tbody", {}, txns.transactions.map((t) => el("tr", {}, el("td", { class: "mono", text: t.id }), el("td", { class: "num", text: t.age_s.toFixed(1) }),
             el("td", { class: "num", text: fmt(t.checks) }), el("td", { class: "num", text: fmt(t.timeout_ms) }), el("td", { class: "mono", text: t.worker })))))
         : el("p", { class: "muted", text: "No transaction is waiting." })));
-  timer = setInterval(() => { if (location.hash === "#/internal") { clear(); internal(); } }, 5000);
+  poll("#/internal", internal);
 }
 
 // ---- API tokens (admin) -------------------------------------------------------------------

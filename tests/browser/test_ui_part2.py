@@ -1,7 +1,8 @@
 """Part II in the web UI: produce tokens with topic patterns (shown once), and a subscription's
 filter, delay and durable retries through the form, with the API's errors next to the field; a
 refused action says why; a new dead letter shows on the open page and is traced from the
-keyboard; a blocked sign-in says so; an emptied number field gets its default on edit."""
+keyboard; a blocked sign-in says so; an emptied number field gets its default on edit; the
+list's refresh keeps the keyboard focus and shows an API error."""
 
 from __future__ import annotations
 
@@ -216,4 +217,31 @@ def test_an_emptied_number_gets_its_default_on_edit(tmp_path: Path) -> None:
         saved = httpx.get(url + "/ui-defaults", headers=api).json()
         assert saved["retry"]["max_attempts"] == 5, saved  # the default the field showed
         assert saved.get("delay_ms", 0) == 0, saved
+        browser.close()
+
+
+def test_the_list_keeps_focus_and_shows_errors_when_it_refreshes(tmp_path: Path) -> None:
+    if not Path(CHROMIUM).exists():
+        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
+    from playwright.sync_api import expect, sync_playwright
+
+    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
+        s = stack.state
+        api = {"Authorization": f"Bearer {s['admin_token']}"}
+        sub = {"name": "ui-focus", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}}
+        assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
+        browser, page = _signed_in(pw, s)
+        link = page.get_by_role("link", name="ui-focus")
+        link.focus()
+        table = page.locator("#subscriptions").element_handle()
+        page.wait_for_function("t => !t.isConnected", arg=table, timeout=15_000)  # redrawn
+        expect(page.get_by_role("link", name="ui-focus")).to_be_focused()
+        # A failing API shows its error on the next redraw, and the page comes back after it.
+        page.route(
+            "**/api/v1/health",
+            lambda r: r.fulfill(status=500, content_type="application/json", body='{"error": "boom"}'),
+        )
+        expect(page.get_by_role("alert")).to_contain_text("boom", timeout=15_000)
+        page.unroute("**/api/v1/health")
+        expect(page.get_by_role("link", name="ui-focus")).to_be_visible(timeout=15_000)
         browser.close()
