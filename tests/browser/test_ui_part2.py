@@ -7,6 +7,7 @@ list's refresh keeps the keyboard focus and shows an API error."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,22 @@ pytestmark = [pytest.mark.integration, pytest.mark.browser]
 TOKEN_RE = re.compile(r"^fy_[A-Za-z0-9_-]{20,}$")
 
 
+UI = tuple[dict[str, Any], Any]
+"""A test's ``ferry dev`` state (``state.json``) and its Playwright."""
+
+
+@pytest.fixture()
+def ui(tmp_path: Path) -> Iterator[UI]:
+    """A fresh ``ferry dev`` stack of one worker, and Playwright, for one test: each test changes
+    what the stack holds (tokens, sign-in failures, subscriptions)."""
+    if not Path(CHROMIUM).exists():
+        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
+    from playwright.sync_api import sync_playwright
+
+    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
+        yield stack.state, pw
+
+
 def _signed_in(pw: Any, s: dict[str, Any]) -> tuple[Any, Any]:
     from playwright.sync_api import expect
 
@@ -35,213 +52,192 @@ def _signed_in(pw: Any, s: dict[str, Any]) -> tuple[Any, Any]:
     return browser, page
 
 
-def test_produce_token_with_topic_patterns_in_the_browser(tmp_path: Path) -> None:
-    if not Path(CHROMIUM).exists():
-        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
-    from playwright.sync_api import expect, sync_playwright
+def test_produce_token_with_topic_patterns_in_the_browser(ui: UI) -> None:
+    from playwright.sync_api import expect
 
-    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
-        s = stack.state
-        browser, page = _signed_in(pw, s)
+    s, pw = ui
+    browser, page = _signed_in(pw, s)
 
-        # A produce token with topic patterns: the patterns field shows for that scope only, a bad
-        # pattern is named next to it (what was typed stays), and the token is shown once.
-        page.get_by_role("link", name="Tokens").click()
-        expect(page.get_by_role("heading", name="API tokens")).to_be_visible()
-        expect(page.locator("#t-topics")).to_be_hidden()
-        page.get_by_label("Name").fill("shop")
-        page.get_by_label("Scope").select_option("produce")
-        topics = page.get_by_label("Topic patterns")
-        topics.fill("orders, bad topic!")
-        page.click("button:has-text('Create token')")
-        expect(page.locator("#t-topics-error")).to_contain_text("pattern")
-        expect(topics).to_have_attribute("aria-invalid", "true")
-        expect(topics).to_have_value("orders, bad topic!")
-        topics.fill("orders, billing.*")
-        page.click("button:has-text('Create token')")
-        secret = page.locator("#t-secret")
-        expect(secret).to_have_text(TOKEN_RE)
-        plain = secret.inner_text()
-        row = page.locator("#tokens tbody tr", has_text="shop")
-        expect(row).to_contain_text("produce")
-        expect(row).to_contain_text("orders, billing.*")
-        page.click("button:has-text('Done')")
-        expect(page.locator("#t-secret")).to_have_count(0)
-        assert plain not in page.content()  # shown once: never again
-        page.on("dialog", lambda d: d.accept())
-        page.get_by_role("button", name="Revoke shop").click()
-        expect(page.get_by_role("button", name="Revoke shop")).to_be_disabled()
-        browser.close()
+    # A produce token with topic patterns: the patterns field shows for that scope only, a bad
+    # pattern is named next to it (what was typed stays), and the token is shown once.
+    page.get_by_role("link", name="Tokens").click()
+    expect(page.get_by_role("heading", name="API tokens")).to_be_visible()
+    expect(page.locator("#t-topics")).to_be_hidden()
+    page.get_by_label("Name").fill("shop")
+    page.get_by_label("Scope").select_option("produce")
+    topics = page.get_by_label("Topic patterns")
+    topics.fill("orders, bad topic!")
+    page.click("button:has-text('Create token')")
+    expect(page.locator("#t-topics-error")).to_contain_text("pattern")
+    expect(topics).to_have_attribute("aria-invalid", "true")
+    expect(topics).to_have_value("orders, bad topic!")
+    topics.fill("orders, billing.*")
+    page.click("button:has-text('Create token')")
+    secret = page.locator("#t-secret")
+    expect(secret).to_have_text(TOKEN_RE)
+    plain = secret.inner_text()
+    row = page.locator("#tokens tbody tr", has_text="shop")
+    expect(row).to_contain_text("produce")
+    expect(row).to_contain_text("orders, billing.*")
+    page.click("button:has-text('Done')")
+    expect(page.locator("#t-secret")).to_have_count(0)
+    assert plain not in page.content()  # shown once: never again
+    page.on("dialog", lambda d: d.accept())
+    page.get_by_role("button", name="Revoke shop").click()
+    expect(page.get_by_role("button", name="Revoke shop")).to_be_disabled()
+    browser.close()
 
 
-def test_filter_delay_and_durable_retries_in_the_form(tmp_path: Path) -> None:
-    if not Path(CHROMIUM).exists():
-        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
-    from playwright.sync_api import expect, sync_playwright
+def test_filter_delay_and_durable_retries_in_the_form(ui: UI) -> None:
+    from playwright.sync_api import expect
 
-    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
-        s = stack.state
-        browser, page = _signed_in(pw, s)
-        # Filter, delay and durable retries through the subscription form.
-        page.goto(s["portal_url"] + "/#/new")
-        page.fill("#f-name", "ui-filtered")
-        page.fill("#f-topics", "orders")
-        page.fill("#f-endpoint-url", "http://127.0.0.1:9/hook")
-        page.get_by_label("Delay (ms)").fill("1500")
-        flt = page.get_by_label("Filter (JSON)")
-        flt.fill('{"exact": ')
-        page.click("button:has-text('Create')")
-        expect(page.locator("#f-filter-error")).to_contain_text("not valid JSON")
-        flt.fill('{"sql": "INT(amount >= "}')
-        page.click("button:has-text('Create')")
-        expect(page.locator("#f-filter-error")).to_contain_text("expression")  # the API's own words
-        expect(flt).to_have_attribute("aria-invalid", "true")
-        expect(page.get_by_label("Delay (ms)")).to_have_value("1500")
-        flt.fill('{"prefix": {"type": "order"}}')
-        page.select_option("#f-ordering", "none")
-        page.select_option("#f-retry-mode", "durable")
-        page.click("button:has-text('Create')")
-        expect(page.get_by_role("heading", name="ui-filtered")).to_be_visible()
-        expect(page.locator("#sub-filter")).to_have_text('{"prefix":{"type":"order"}}')
-        expect(page.locator("main")).to_contain_text("delayed 1,500 ms")
-        expect(page.locator("#partitions thead")).to_contain_text("Deferred")
-        page.click("text=Edit")
-        expect(page.get_by_label("Filter (JSON)")).to_have_value('{"prefix":{"type":"order"}}')
-        expect(page.get_by_label("Delay (ms)")).to_have_value("1500")
-        page.get_by_label("Filter (JSON)").fill("")  # empty removes the filter
-        page.click("button:has-text('Save')")
-        expect(page.get_by_role("heading", name="ui-filtered")).to_be_visible()
-        expect(page.locator("#partitions thead")).to_be_visible()
-        expect(page.locator("#sub-filter")).to_have_count(0)
-        browser.close()
+    s, pw = ui
+    browser, page = _signed_in(pw, s)
+    # Filter, delay and durable retries through the subscription form.
+    page.goto(s["portal_url"] + "/#/new")
+    page.fill("#f-name", "ui-filtered")
+    page.fill("#f-topics", "orders")
+    page.fill("#f-endpoint-url", "http://127.0.0.1:9/hook")
+    page.get_by_label("Delay (ms)").fill("1500")
+    flt = page.get_by_label("Filter (JSON)")
+    flt.fill('{"exact": ')
+    page.click("button:has-text('Create')")
+    expect(page.locator("#f-filter-error")).to_contain_text("not valid JSON")
+    flt.fill('{"sql": "INT(amount >= "}')
+    page.click("button:has-text('Create')")
+    expect(page.locator("#f-filter-error")).to_contain_text("expression")  # the API's own words
+    expect(flt).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Delay (ms)")).to_have_value("1500")
+    flt.fill('{"prefix": {"type": "order"}}')
+    page.select_option("#f-ordering", "none")
+    page.select_option("#f-retry-mode", "durable")
+    page.click("button:has-text('Create')")
+    expect(page.get_by_role("heading", name="ui-filtered")).to_be_visible()
+    expect(page.locator("#sub-filter")).to_have_text('{"prefix":{"type":"order"}}')
+    expect(page.locator("main")).to_contain_text("delayed 1,500 ms")
+    expect(page.locator("#partitions thead")).to_contain_text("Deferred")
+    page.click("text=Edit")
+    expect(page.get_by_label("Filter (JSON)")).to_have_value('{"prefix":{"type":"order"}}')
+    expect(page.get_by_label("Delay (ms)")).to_have_value("1500")
+    page.get_by_label("Filter (JSON)").fill("")  # empty removes the filter
+    page.click("button:has-text('Save')")
+    expect(page.get_by_role("heading", name="ui-filtered")).to_be_visible()
+    expect(page.locator("#partitions thead")).to_be_visible()
+    expect(page.locator("#sub-filter")).to_have_count(0)
+    browser.close()
 
 
-def test_a_refused_action_says_why(tmp_path: Path) -> None:
-    if not Path(CHROMIUM).exists():
-        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
-    from playwright.sync_api import expect, sync_playwright
+def test_a_refused_action_says_why(ui: UI) -> None:
+    from playwright.sync_api import expect
 
-    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
-        s = stack.state
-        api = {"Authorization": f"Bearer {s['admin_token']}"}
-        sub = {"name": "ui-readonly", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}}
-        assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
-        made = httpx.post(s["portal_url"] + "/api/v1/tokens", json={"name": "viewer", "scope": "read"}, headers=api)
-        browser, page = _signed_in(pw, {**s, "admin_token": made.json()["token"]})
-        page.goto(s["portal_url"] + "/#/subscriptions/ui-readonly")
-        expect(page.get_by_role("heading", name="ui-readonly")).to_be_visible()
-        page.get_by_role("button", name="Pause").click()
-        expect(page.locator("#toast")).to_contain_text("Pause: ")  # the API's 403, not silence
-        expect(page.locator("#sub-state .badge")).to_have_text("active")
-        browser.close()
+    s, pw = ui
+    api = {"Authorization": f"Bearer {s['admin_token']}"}
+    sub = {"name": "ui-readonly", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}}
+    assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
+    made = httpx.post(s["portal_url"] + "/api/v1/tokens", json={"name": "viewer", "scope": "read"}, headers=api)
+    browser, page = _signed_in(pw, {**s, "admin_token": made.json()["token"]})
+    page.goto(s["portal_url"] + "/#/subscriptions/ui-readonly")
+    expect(page.get_by_role("heading", name="ui-readonly")).to_be_visible()
+    page.get_by_role("button", name="Pause").click()
+    expect(page.locator("#toast")).to_contain_text("Pause: ")  # the API's 403, not silence
+    expect(page.locator("#sub-state .badge")).to_have_text("active")
+    browser.close()
 
 
-def test_a_dead_letter_is_traced_from_the_keyboard(tmp_path: Path) -> None:
-    if not Path(CHROMIUM).exists():
-        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
-    from playwright.sync_api import expect, sync_playwright
+def test_a_dead_letter_is_traced_from_the_keyboard(ui: UI) -> None:
+    from playwright.sync_api import expect
 
-    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
-        s = stack.state
-        create_topic(s["kafka_bootstrap"], "ui-dlq", 1)
-        closed = f"http://127.0.0.1:{free_port()}/hook"
-        sub = {
-            "name": "ui-dlq",
-            "topics": ["ui-dlq"],
-            "endpoint": {"url": closed},
-            "retry": {"max_attempts": 1, "initial_backoff_ms": 50, "max_backoff_ms": 100},
-        }
-        api = {"Authorization": f"Bearer {s['admin_token']}"}
-        assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
-        browser, page = _signed_in(pw, s)
-        page.goto(s["portal_url"] + "/#/subscriptions/ui-dlq")
-        expect(page.locator("text=No dead letters.")).to_be_visible()
-        expect(page.get_by_role("button", name="Redrive dead letters")).to_be_disabled()
-        produce(s["kafka_bootstrap"], "ui-dlq", [(b"k", b"{}", 0)])
-        row = page.locator("tr.clickable").first
-        expect(row).to_be_visible(timeout=60_000)  # the open page lists a new dead letter
-        expect(page.get_by_role("button", name="Redrive dead letters")).to_be_enabled()
-        row.focus()
-        page.keyboard.press("Enter")
-        expect(page.locator("#trace-result .badge")).to_have_text("dead_lettered", timeout=10_000)
-        browser.close()
+    s, pw = ui
+    create_topic(s["kafka_bootstrap"], "ui-dlq", 1)
+    closed = f"http://127.0.0.1:{free_port()}/hook"
+    sub = {
+        "name": "ui-dlq",
+        "topics": ["ui-dlq"],
+        "endpoint": {"url": closed},
+        "retry": {"max_attempts": 1, "initial_backoff_ms": 50, "max_backoff_ms": 100},
+    }
+    api = {"Authorization": f"Bearer {s['admin_token']}"}
+    assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
+    browser, page = _signed_in(pw, s)
+    page.goto(s["portal_url"] + "/#/subscriptions/ui-dlq")
+    expect(page.locator("text=No dead letters.")).to_be_visible()
+    expect(page.get_by_role("button", name="Redrive dead letters")).to_be_disabled()
+    produce(s["kafka_bootstrap"], "ui-dlq", [(b"k", b"{}", 0)])
+    row = page.locator("tr.clickable").first
+    expect(row).to_be_visible(timeout=60_000)  # the open page lists a new dead letter
+    expect(page.get_by_role("button", name="Redrive dead letters")).to_be_enabled()
+    row.focus()
+    page.keyboard.press("Enter")
+    expect(page.locator("#trace-result .badge")).to_have_text("dead_lettered", timeout=10_000)
+    browser.close()
 
 
-def test_sign_in_says_when_the_address_is_blocked(tmp_path: Path) -> None:
-    if not Path(CHROMIUM).exists():
-        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
-    from playwright.sync_api import expect, sync_playwright
+def test_sign_in_says_when_the_address_is_blocked(ui: UI) -> None:
+    from playwright.sync_api import expect
 
-    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
-        s = stack.state
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page()
-        page.goto(s["portal_url"])
-        for i in range(10):  # ten wrong tokens block this address for a minute
-            page.fill("#token", f"wrong-{i}")
-            page.click("button[type=submit]")
-            expect(page.locator("#login-error")).to_have_text("That token was not accepted.")
-            page.evaluate("document.getElementById('login-error').textContent = ''")
-        page.fill("#token", s["admin_token"])
+    s, pw = ui
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    page = browser.new_page()
+    page.goto(s["portal_url"])
+    for i in range(10):  # ten wrong tokens block this address for a minute
+        page.fill("#token", f"wrong-{i}")
         page.click("button[type=submit]")
-        expect(page.locator("#login-error")).to_contain_text("too many invalid tokens")
-        browser.close()
+        expect(page.locator("#login-error")).to_have_text("That token was not accepted.")
+        page.evaluate("document.getElementById('login-error').textContent = ''")
+    page.fill("#token", s["admin_token"])
+    page.click("button[type=submit]")
+    expect(page.locator("#login-error")).to_contain_text("too many invalid tokens")
+    browser.close()
 
 
-def test_an_emptied_number_gets_its_default_on_edit(tmp_path: Path) -> None:
-    if not Path(CHROMIUM).exists():
-        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
-    from playwright.sync_api import expect, sync_playwright
+def test_an_emptied_number_gets_its_default_on_edit(ui: UI) -> None:
+    from playwright.sync_api import expect
 
-    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
-        s = stack.state
-        api = {"Authorization": f"Bearer {s['admin_token']}"}
-        sub = {
-            "name": "ui-defaults",
-            "topics": ["orders"],
-            "endpoint": {"url": "http://127.0.0.1:9/hook"},
-            "retry": {"max_attempts": 3},
-            "delay_ms": 2000,
-        }
-        url = s["portal_url"] + "/api/v1/subscriptions"
-        assert httpx.post(url, json=sub, headers=api).status_code == 201
-        browser, page = _signed_in(pw, s)
-        page.goto(s["portal_url"] + "/#/edit/ui-defaults")
-        attempts = page.get_by_label("Max attempts")
-        expect(attempts).to_have_value("3")
-        expect(attempts).to_have_attribute("placeholder", "default 5")
-        attempts.fill("")
-        page.get_by_label("Delay (ms)").fill("")
-        page.click("button:has-text('Save')")
-        expect(page.locator("#partitions")).to_be_visible()  # saved: the subscription's page
-        saved = httpx.get(url + "/ui-defaults", headers=api).json()
-        assert saved["retry"]["max_attempts"] == 5, saved  # the default the field showed
-        assert saved.get("delay_ms", 0) == 0, saved
-        browser.close()
+    s, pw = ui
+    api = {"Authorization": f"Bearer {s['admin_token']}"}
+    sub = {
+        "name": "ui-defaults",
+        "topics": ["orders"],
+        "endpoint": {"url": "http://127.0.0.1:9/hook"},
+        "retry": {"max_attempts": 3},
+        "delay_ms": 2000,
+    }
+    url = s["portal_url"] + "/api/v1/subscriptions"
+    assert httpx.post(url, json=sub, headers=api).status_code == 201
+    browser, page = _signed_in(pw, s)
+    page.goto(s["portal_url"] + "/#/edit/ui-defaults")
+    attempts = page.get_by_label("Max attempts")
+    expect(attempts).to_have_value("3")
+    expect(attempts).to_have_attribute("placeholder", "default 5")
+    attempts.fill("")
+    page.get_by_label("Delay (ms)").fill("")
+    page.click("button:has-text('Save')")
+    expect(page.locator("#partitions")).to_be_visible()  # saved: the subscription's page
+    saved = httpx.get(url + "/ui-defaults", headers=api).json()
+    assert saved["retry"]["max_attempts"] == 5, saved  # the default the field showed
+    assert saved.get("delay_ms", 0) == 0, saved
+    browser.close()
 
 
-def test_the_list_keeps_focus_and_shows_errors_when_it_refreshes(tmp_path: Path) -> None:
-    if not Path(CHROMIUM).exists():
-        missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
-    from playwright.sync_api import expect, sync_playwright
+def test_the_list_keeps_focus_and_shows_errors_when_it_refreshes(ui: UI) -> None:
+    from playwright.sync_api import expect
 
-    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
-        s = stack.state
-        api = {"Authorization": f"Bearer {s['admin_token']}"}
-        sub = {"name": "ui-focus", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}}
-        assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
-        browser, page = _signed_in(pw, s)
-        link = page.get_by_role("link", name="ui-focus")
-        link.focus()
-        table = page.locator("#subscriptions").element_handle()
-        page.wait_for_function("t => !t.isConnected", arg=table, timeout=15_000)  # redrawn
-        expect(page.get_by_role("link", name="ui-focus")).to_be_focused()
-        # A failing API shows its error on the next redraw, and the page comes back after it.
-        page.route(
-            "**/api/v1/health",
-            lambda r: r.fulfill(status=500, content_type="application/json", body='{"error": "boom"}'),
-        )
-        expect(page.get_by_role("alert")).to_contain_text("boom", timeout=15_000)
-        page.unroute("**/api/v1/health")
-        expect(page.get_by_role("link", name="ui-focus")).to_be_visible(timeout=15_000)
-        browser.close()
+    s, pw = ui
+    api = {"Authorization": f"Bearer {s['admin_token']}"}
+    sub = {"name": "ui-focus", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}}
+    assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
+    browser, page = _signed_in(pw, s)
+    link = page.get_by_role("link", name="ui-focus")
+    link.focus()
+    table = page.locator("#subscriptions").element_handle()
+    page.wait_for_function("t => !t.isConnected", arg=table, timeout=15_000)  # redrawn
+    expect(page.get_by_role("link", name="ui-focus")).to_be_focused()
+    # A failing API shows its error on the next redraw, and the page comes back after it.
+    page.route(
+        "**/api/v1/health",
+        lambda r: r.fulfill(status=500, content_type="application/json", body='{"error": "boom"}'),
+    )
+    expect(page.get_by_role("alert")).to_contain_text("boom", timeout=15_000)
+    page.unroute("**/api/v1/health")
+    expect(page.get_by_role("link", name="ui-focus")).to_be_visible(timeout=15_000)
+    browser.close()
