@@ -437,7 +437,13 @@ def test_retries_through_the_retry_topic_keep_the_records_cluster(
             assert [r.ce_id for r in endpoint.received if cluster_of(r) == "default"] == [f"{topic}/0/0"]
             traced = api.get(f"/subscriptions/zr/records/{topic}/0/0").json()
             assert (traced["cluster"], traced["state"]) == ("default", "delivered")
-            traced = api.get(f"/subscriptions/zr/records/{topic}/0/0", params={"cluster": "dc2"}).json()
-            assert (traced["cluster"], traced["state"]) == ("dc2", "dead_lettered")
+            until(  # the workers' stats behind the trace are published every second
+                lambda: (
+                    api.get(f"/subscriptions/zr/records/{topic}/0/0", params={"cluster": "dc2"}).json()["state"]
+                    == "dead_lettered"
+                ),
+                timeout_s=10,
+                what="the trace of dc2's record says dead_lettered",
+            )
     finally:
         z.close()
