@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from ferry.digits import ascii_digits
 from ferry.errors import ConfigError
 from ferry.subscription import Subscription, from_trusted
 
@@ -271,7 +272,7 @@ def schema_problem(engine: Engine) -> str | None:
         return f"the metadata database is unreachable ({first}): check FERRY_DB_URL"
     if revision != SCHEMA_REVISION:
         found = "no schema" if revision is None else f"schema {revision}"
-        if revision is not None and revision.isdigit() and int(revision) > int(SCHEMA_REVISION):
+        if revision is not None and ascii_digits(revision) and int(revision) > int(SCHEMA_REVISION):
             return (
                 f"the metadata database has {found}, newer than this Ferry's {SCHEMA_REVISION}: a newer"
                 " Ferry migrated it; run that version (there are no downgrades)"

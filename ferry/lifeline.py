@@ -21,6 +21,8 @@ import sys
 import threading
 import time
 
+from ferry.digits import ascii_digits
+
 ENV = "FERRY_PARENT_PID"
 GRACE_S = 20.0
 """How long a service whose parent is gone may take to stop before it ends at once."""
@@ -30,7 +32,7 @@ POLL_S = 0.5
 def hold(environ: dict[str, str] | None = None) -> threading.Thread | None:
     """Watch the parent named by ``FERRY_PARENT_PID`` (none: do nothing) from a daemon thread."""
     raw = (os.environ if environ is None else environ).get(ENV, "")
-    if not raw.isdigit():
+    if not ascii_digits(raw):
         return None
     parent = int(raw)
     thread = threading.Thread(target=_watch, args=(parent,), name="ferry-lifeline", daemon=True)

@@ -37,6 +37,7 @@ from urllib.parse import unquote
 import httptools
 
 from ferry import log
+from ferry.digits import ascii_digits
 from ferry.gateway.httpmsg import ClientGone, Handler, HttpError, Refusal, Request, Response, plain_refusal
 
 _log = log.get_logger(__name__)
@@ -224,7 +225,7 @@ class Connection(asyncio.Protocol):
             self.url.split(b"?", 1)[0] if self.url.startswith(b"/") else httptools.parse_url(self.url).path
         )
         length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.server.max_body_bytes:
+        if length is not None and ascii_digits(length) and int(length) > self.server.max_body_bytes:
             request.fail(HttpError(413))
         self._enqueue(request)
 

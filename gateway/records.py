@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from ferry import delay
+from ferry.digits import ascii_digits
 from ferry.errors import ValidationError
 
 MAX_RECORDS = 10_000
@@ -319,7 +320,7 @@ def _seed_text(value: Any) -> Any:
 def _seed_due(raw: str, field: str, now_ms: int) -> int:
     """The due time of an ``x-delay`` of ``raw`` whole seconds from ``now_ms``."""
     digits = raw.strip()
-    seconds = int(digits) if digits.isascii() and digits.isdigit() else 0  # not "+3", "1_000", "1.5"
+    seconds = int(digits) if ascii_digits(digits) else 0
     if seconds <= 0:
         raise ValidationError(field, f"must be a whole number of seconds > 0, not {raw[:40]!r}")
     try:

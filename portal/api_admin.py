@@ -9,7 +9,8 @@ from typing import Any
 from aiohttp import web
 
 from ferry import db
-from ferry.portal.http import ENGINE, PRINCIPAL, ApiError, actor, digits, read_json
+from ferry.digits import ascii_digits
+from ferry.portal.http import ENGINE, PRINCIPAL, ApiError, actor, read_json
 
 _PATTERN = re.compile(r"[A-Za-z0-9._*-]{1,249}")
 
@@ -79,7 +80,7 @@ def produce_topics(scope: str, raw: Any) -> list[str] | None:
 
 async def revoke_token(request: web.Request) -> web.Response:
     raw = request.match_info["id"]
-    if not digits(raw) or not 0 < int(raw) < 2**31:  # ids are 32-bit database integers
+    if not ascii_digits(raw) or not 0 < int(raw) < 2**31:  # ids are 32-bit database integers
         raise ApiError(404, "no such token", "id")
 
     def revoke() -> None:
@@ -98,7 +99,7 @@ async def revoke_token(request: web.Request) -> web.Response:
 async def audit_log(request: web.Request) -> web.Response:
     _admin(request)
     raw = request.query.get("limit", "100")
-    if not digits(raw) or not 1 <= int(raw) <= 1000:
+    if not ascii_digits(raw) or not 1 <= int(raw) <= 1000:
         raise ApiError(400, "must be an integer between 1 and 1000", "limit")
 
     def read() -> list[dict[str, Any]]:

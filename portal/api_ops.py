@@ -11,11 +11,12 @@ from typing import Any
 from aiohttp import web
 
 from ferry import db, log
+from ferry.digits import ascii_digits
 from ferry.errors import ConfigError
 from ferry.offsets import OffsetState
 from ferry.portal.api_subscriptions import announce
 from ferry.portal.cluster import ClusterBusy, redrive_mark
-from ferry.portal.http import CLUSTER, ENGINE, OPS, ApiError, actor, digits, read_json
+from ferry.portal.http import CLUSTER, ENGINE, OPS, ApiError, actor, read_json
 from ferry.portal.ops import parse_target
 from ferry.portal.trace_op import trace_record
 from ferry.subscription import DEFAULT_CLUSTER, PartitionRef, Subscription
@@ -159,7 +160,7 @@ async def reset(request: web.Request) -> web.Response:
 
 def _limit(request: web.Request, default: int) -> int:
     raw = request.query.get("limit", str(default))
-    if not digits(raw) or not 1 <= int(raw) <= MAX_DEAD_LETTERS:
+    if not ascii_digits(raw) or not 1 <= int(raw) <= MAX_DEAD_LETTERS:
         raise ApiError(400, f"must be an integer between 1 and {MAX_DEAD_LETTERS}", "limit")
     return int(raw)
 
@@ -173,7 +174,7 @@ def _dead_letter(m: Any) -> dict[str, Any]:
 
     def number(name: str) -> int | None:
         v = text(name)
-        return int(v) if v is not None and digits(v) else None
+        return int(v) if v is not None and ascii_digits(v) else None
 
     key = m.key()
     return {
@@ -258,7 +259,7 @@ async def record_trace(request: web.Request) -> web.Response:
     numbers = []
     for field in ("partition", "offset"):
         raw = request.match_info[field]
-        if not digits(raw) or len(raw) > 19:
+        if not ascii_digits(raw) or len(raw) > 19:
             raise ApiError(400, "must be a non-negative integer", field)
         numbers.append(int(raw))
     partition, offset = numbers

@@ -175,11 +175,5 @@ async def read_json(request: web.Request) -> Any:
         raise ApiError(400, "body is nested too deeply to read", "body") from None
 
 
-def digits(raw: str) -> bool:
-    """``raw`` is a non-negative integer in ASCII digits. ``str.isdigit()`` alone also takes ``²``,
-    which ``int()`` then refuses (a 500 where a 400 or 404 is due), and ``١``."""
-    return raw.isascii() and raw.isdigit()
-
-
 def actor(request: web.Request) -> str:
     return str(request[PRINCIPAL].name)

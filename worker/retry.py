@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
+from ferry.digits import ascii_digits
 from ferry.subscription import RetryPolicySpec
 
 Action = Literal["ack", "retry", "dead_letter"]
@@ -37,7 +38,7 @@ def parse_retry_after(value: str | None, now_s: float) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isascii() and value.isdigit():  # not "²": str.isdigit() takes it, float() does not
+    if ascii_digits(value):
         return float(value)
     try:
         when = parsedate_to_datetime(value)
