@@ -219,7 +219,7 @@ async def dead_letters(request: web.Request) -> web.Response:
     def read() -> list[dict[str, Any]]:
         records = cluster.kafka_view(kc).last_records(sub.dead_letter_topic, limit)
         done = cluster.redriven(sub) if records else set()
-        return [{**_dead_letter(m), "redriven": redrive_mark(m, kc) in done} for m in records]
+        return [{**_dead_letter(m), "cluster": kc, "redriven": redrive_mark(m, kc) in done} for m in records]
 
     return web.json_response({"dead_letters": await asyncio.to_thread(read)})
 

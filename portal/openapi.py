@@ -502,6 +502,8 @@ DOCUMENT: dict[str, Any] = {
                     "source_partition": {"type": "integer", "nullable": True},
                     "source_offset": {"type": "integer", "nullable": True},
                     "timestamp": {"type": "integer"},
+                    "cluster": {"type": "string", "description": "the Kafka cluster it is in"},
+                    "redriven": {"type": "boolean", "description": "a replay already sent it to the retry topic"},
                 },
             },
             "Trace": {

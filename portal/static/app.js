@@ -294,9 +294,17 @@ async function show(name) {
   const act = (label, cls, fn) => el("button", { type: "button", class: cls, text: label, on: { click: () => fn().catch((err) => { if (err.message !== "signed out") toast(`${label.replace(/…$/, "")}: ${err.message}`); }) } });
   const pauseBtn = act("Pause", "", async () => { await api("POST", path + "/pause"); toast("Paused"); refresh(); });
   const resumeBtn = act("Resume", "", async () => { await api("POST", path + "/resume"); toast("Resumed"); refresh(); });
+  // With several Kafka clusters, dead letters are in each record's own cluster: one is shown at a
+  // time, and a redrive, a reset or a trace names the cluster it is about.
+  const clusterPick = (id, label, first) => el("select", { id, "aria-label": label },
+    [...first, ...(sub.clusters || ["default"])].map((c) => el("option", { value: c, text: c || "all clusters" })));
+  const dlqCluster = clusterPick("dlq-cluster", "Dead letters of Kafka cluster", []);
+  const resetCluster = clusterPick("reset-cluster", "Reset offsets of Kafka cluster", [""]);
+  const inCluster = (c) => (multi ? { cluster: c } : {});
   const redriveBtn = act("Redrive dead letters", "", async () => {
-    if (!confirm("Send the dead letters through this subscription's retry topic again?")) return;
-    const r = await api("POST", path + "/dead-letters/replay", {}); toast(`Redriven: ${r.replayed}`); loadDlq();
+    const where = multi ? ` of cluster ${dlqCluster.value}` : "";
+    if (!confirm(`Send the dead letters${where} through this subscription's retry topic again?`)) return;
+    const r = await api("POST", path + "/dead-letters/replay", inCluster(dlqCluster.value)); toast(`Redriven: ${r.replayed}`); loadDlq();
   });
   const refresh = async () => {
     const st = await api("GET", path + "/status");
@@ -328,9 +336,12 @@ async function show(name) {
       el("p", { class: "muted small", text: `Sampled every ${h.interval_s} s by the portal; the last hour is kept.` }));
   };
   // A dead letter's row looks its record up on a click, or Enter/Space when focused (keyboard use).
-  const find = (d) => lookup(d.source_topic, d.source_partition, d.source_offset).catch((err) => toast(err.message));
+  const find = (d) => lookup(d.source_topic, d.source_partition, d.source_offset, d.cluster).catch((err) => toast(err.message));
+  let dlqAsked = 0; // a slower answer for the cluster picked before must not replace the newer one
   const loadDlq = async () => {
-    const { dead_letters } = await api("GET", path + "/dead-letters?limit=20");
+    const mine = ++dlqAsked;
+    const { dead_letters } = await api("GET", path + "/dead-letters?limit=20" + (multi ? `&cluster=${encodeURIComponent(dlqCluster.value)}` : ""));
+    if (mine !== dlqAsked) return;
     redriveBtn.disabled = !dead_letters.some((d) => !d.redriven);
     redriveBtn.title = redriveBtn.disabled ? "No dead letter waits for a redrive" : "";
     dlq.replaceChildren(dead_letters.length
@@ -339,6 +350,7 @@ async function show(name) {
           el("td", { text: d.key === null ? "(null)" : d.key }), el("td", { text: d.error || "" }), el("td", { class: "num", text: fmt(d.attempts) })))))
       : el("p", { class: "muted", text: "No dead letters." }));
   };
+  dlqCluster.addEventListener("change", () => loadDlq().catch((err) => toast(err.message)));
   main.append(
     el("div", { class: "toolbar" }, el("h1", {}, sub.name, " ", state, " ", healthNow)),
     el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight` + (multi ? ` · clusters ${sub.clusters.join(", ")}` : "") + (sub.batch ? ` · batches of up to ${sub.batch.max_records} records` : "") + (sub.delay_ms ? ` · delayed ${fmt(sub.delay_ms)} ms` : "") + (durable ? " · durable retries" : "")),
@@ -351,9 +363,11 @@ async function show(name) {
         if (!to) return;
         const value = to === "earliest" || to === "latest" ? to : (/^\d+$/.test(to) ? Number(to) : Date.parse(to));
         if (Number.isNaN(value)) { toast("Not a time"); return; }
-        if (!confirm(`Reset ${name} to ${to}? Delivery pauses briefly.`)) return;
-        await api("POST", path + "/reset", { to: value }); toast("Offsets reset"); refresh();
+        const only = multi && resetCluster.value ? ` in cluster ${resetCluster.value}` : "";
+        if (!confirm(`Reset ${name}${only} to ${to}? Delivery pauses briefly.`)) return;
+        await api("POST", path + "/reset", { to: value, ...(only ? { cluster: resetCluster.value } : {}) }); toast("Offsets reset"); refresh();
       }),
+      ...(multi ? [resetCluster] : []),
       act("Delete", "danger", async () => {
         if (!confirm(`Delete subscription ${name}? Its offsets stay in the offsets topic.`)) return;
         await api("DELETE", path); toast("Deleted"); location.hash = "#/subscriptions";
@@ -364,7 +378,7 @@ async function show(name) {
     el("table", { id: "partitions" }, el("thead", {}, el("tr", {}, ...(multi ? [el("th", { text: "Cluster" })] : []), el("th", { text: "Topic" }), el("th", { class: "num", text: "Partition" }), el("th", { text: "Worker" }),
       ["Committed", "High watermark", "Lag", "Held (s)", "In flight", "Delivered", "Retried", "Dead-lettered", "Filtered", ...(durable ? ["Deferred"] : [])].map((h) =>
         el("th", { class: "num", text: h, title: h === "Held (s)" ? "Seconds the committed watermark has not moved while records wait at or above it: one record the endpoint keeps failing holds the partition (0 while it moves)" : h === "Deferred" ? "Records handed to the delay store to wait for a durable retry" : h === "Filtered" ? "Records the filter rejected: acknowledged without a push" : "" })))), body),
-    el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }), redriveBtn),
+    el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }), ...(multi ? [dlqCluster] : []), redriveBtn),
     dlq,
     el("h2", { text: "Where is my record?" }),
     el("p", { class: "muted", text: "Topic, partition and offset: its state, attempts, last answer and next attempt. Click a dead letter to look it up." }),
