@@ -336,7 +336,10 @@ async function show(name) {
       el("p", { class: "muted small", text: `Sampled every ${h.interval_s} s by the portal; the last hour is kept.` }));
   };
   // A dead letter's row looks its record up on a click, or Enter/Space when focused (keyboard use).
-  const find = (d) => lookup(d.source_topic, d.source_partition, d.source_offset, d.cluster).catch((err) => toast(err.message));
+  const find = (d) => {
+    if (multi) clusterIn.value = d.cluster; // the form then says which cluster's record is shown
+    lookup(d.source_topic, d.source_partition, d.source_offset, d.cluster).catch((err) => toast(err.message));
+  };
   let dlqAsked = 0; // a slower answer for the cluster picked before must not replace the newer one
   const loadDlq = async () => {
     const mine = ++dlqAsked;
@@ -378,7 +381,7 @@ async function show(name) {
     el("table", { id: "partitions" }, el("thead", {}, el("tr", {}, ...(multi ? [el("th", { text: "Cluster" })] : []), el("th", { text: "Topic" }), el("th", { class: "num", text: "Partition" }), el("th", { text: "Worker" }),
       ["Committed", "High watermark", "Lag", "Held (s)", "In flight", "Delivered", "Retried", "Dead-lettered", "Filtered", ...(durable ? ["Deferred"] : [])].map((h) =>
         el("th", { class: "num", text: h, title: h === "Held (s)" ? "Seconds the committed watermark has not moved while records wait at or above it: one record the endpoint keeps failing holds the partition (0 while it moves)" : h === "Deferred" ? "Records handed to the delay store to wait for a durable retry" : h === "Filtered" ? "Records the filter rejected: acknowledged without a push" : "" })))), body),
-    el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }), ...(multi ? [dlqCluster] : []), redriveBtn),
+    el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }), el("div", { class: "pick" }, ...(multi ? [dlqCluster] : []), redriveBtn)),
     dlq,
     el("h2", { text: "Where is my record?" }),
     el("p", { class: "muted", text: "Topic, partition and offset: its state, attempts, last answer and next attempt. Click a dead letter to look it up." }),

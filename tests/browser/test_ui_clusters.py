@@ -4,6 +4,7 @@ and redriven there; a reset can be limited to one cluster."""
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from ferry.devstack import embedded
-from tests.browser.test_ui import ARGS, CHROMIUM
+from tests.browser.test_ui import ARGS, CHROMIUM, DOCS
 from tests.integration.test_zones import ADMIN, Zones, cluster_of
 from tests.support.endpoint import EndpointRecorder, Reply
 from tests.support.kafka import create_topic, produce
@@ -83,6 +84,9 @@ def test_dead_letters_trace_redrive_and_reset_per_cluster_in_the_browser(
                 trace = page.locator("#trace-result")
                 expect(trace.locator("tr", has_text="cluster")).to_contain_text("dc2")
                 expect(trace.locator("tr", has_text="state")).to_contain_text("dead_lettered")
+                expect(page.get_by_label("Kafka cluster", exact=True)).to_have_value("dc2")  # the form says so too
+                if os.environ.get("FERRY_SCREENSHOTS"):
+                    page.screenshot(path=str(DOCS / "subscription-clusters.png"), full_page=True)
 
                 # A redrive from the page redrives dc2's dead letter, pushed again as dc2's record.
                 with page.expect_request("**/dead-letters/replay") as sent:

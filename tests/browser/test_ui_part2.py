@@ -6,6 +6,7 @@ list's refresh keeps the keyboard focus and shows an API error."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import httpx
 import pytest
 
 from ferry.devstack.embedded import free_port
-from tests.browser.test_ui import ARGS, CHROMIUM
+from tests.browser.test_ui import ARGS, CHROMIUM, DOCS
 from tests.support.kafka import create_topic, produce
 from tests.support.needs import missing
 from tests.support.stack import DevStack
@@ -82,6 +83,8 @@ def test_produce_token_with_topic_patterns_in_the_browser(ui: UI) -> None:
     page.click("button:has-text('Done')")
     expect(page.locator("#t-secret")).to_have_count(0)
     assert plain not in page.content()  # shown once: never again
+    if os.environ.get("FERRY_SCREENSHOTS"):
+        page.screenshot(path=str(DOCS / "tokens.png"), full_page=True)
     page.on("dialog", lambda d: d.accept())
     page.get_by_role("button", name="Revoke shop").click()
     expect(page.get_by_role("button", name="Revoke shop")).to_be_disabled()
