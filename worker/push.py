@@ -107,12 +107,17 @@ def cloudevent_headers(
     record: Record, cluster: str, subscription: str, attempt: int, kafka_cluster: str = "default"
 ) -> dict[str, str]:
     headers: dict[str, str] = {}
+    named: dict[str, str] = {}  # lower-case name → the spelling kept: a repeated name is sent once
     for name, value in record.headers:
         if value is None or not HEADER_NAME_RE.fullmatch(name):
             continue
         lower = name.lower()
         if (lower.startswith("ce-") and lower not in _CE_TRACE) or lower in _NOT_FORWARDED:
             continue
+        before = named.get(lower)
+        if before is not None and before != name:
+            del headers[before]
+        named[lower] = name
         headers[name] = _header_value(value)
     content_type = record.header("content-type")
     headers["Content-Type"] = _header_value(content_type) if content_type else DEFAULT_CONTENT_TYPE

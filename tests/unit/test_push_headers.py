@@ -141,3 +141,10 @@ def test_endpoint_headers_win_over_record_headers_of_the_same_name() -> None:
     auth = [line for line in lines if line.lower().startswith(b"authorization:")]
     assert auth == [b"Authorization: Bearer configured"]
     assert b"X-Trace: 1" in lines
+
+
+def test_a_repeated_record_header_is_sent_once_with_its_last_value() -> None:
+    headers = [("x-tag", b"a"), ("X-Tag", b"b"), ("x-other", b"1"), ("x-tag", b"c"), ("x-other", b"2")]
+    r = Record("orders", 0, 1, None, b"{}", headers, 1763800000123)
+    h = cloudevent_headers(r, "default", "s", 1)
+    assert [(k, v) for k, v in h.items() if k.lower().startswith("x-")] == [("x-other", "2"), ("x-tag", "c")]
