@@ -131,15 +131,10 @@ def create_handler(gw: Gateway) -> Handler:
             route, param = _route(request.method, request.path)
             return await route(gw, request, param)
         except ApiError as exc:
-            kind = {
-                401: "auth",
-                403: "forbidden",
-                404: "unknown_topic",
-                413: "too_large",
-                429: "auth",
-                503: "unavailable",
-            }
-            gw.metrics.errors.labels(kind.get(exc.status, "bad_request")).inc()
+            kind = _ERROR_KINDS.get(exc.status, "bad_request")
+            if exc.status == 404 and exc.field != "topic":
+                kind = "not_found"  # a transaction or an Idempotency-Key
+            gw.metrics.errors.labels(kind).inc()
             return _json(exc.status, _error_body(request, exc.status, exc.message, exc.field), exc.retry_after_s)
 
     return handle
@@ -232,6 +227,11 @@ async def _partitions(gw: Gateway, topics: set[str]) -> dict[str, int]:
     return out
 
 
+def _check_key(key: str) -> None:
+    if not 1 <= len(key) <= 255 or not key.isascii() or not key.isprintable() or " " in key:
+        raise ApiError(400, "Idempotency-Key must be 1-255 visible ASCII characters", "Idempotency-Key")
+
+
 async def _once(
     gw: Gateway,
     request: Request,
@@ -244,8 +244,7 @@ async def _once(
     if key is None or gw.idempotency is None:
         status, body = await run()
         return _json(status, body)
-    if not 1 <= len(key) <= 255 or not key.isascii() or not key.isprintable() or " " in key:
-        raise ApiError(400, "Idempotency-Key must be 1-255 visible ASCII characters", "Idempotency-Key")
+    _check_key(key)
     seen = request.path.encode() + b"\0" + raw
     if "x-delay" in request.headers:  # part of the request on the seed route
         seen += b"\0x-delay: " + request.headers["x-delay"].encode()
@@ -406,6 +405,25 @@ async def txn_get(gw: Gateway, request: Request, txn_id: str) -> Response:
     return await _verb(txn_id, _txns(gw).get, request.principal.may_read)
 
 
+async def request_get(gw: Gateway, request: Request, key: str) -> Response:
+    """What became of this token's produce sent with ``Idempotency-Key: key`` (docs/gateway.md):
+    its answer, or that it is still running; 404 when a request sent with the key now would run."""
+    _check_key(key)
+    assert gw.idempotency is not None
+    entry = gw.idempotency.recall(request.principal.name, key)
+    if entry is None:
+        raise ApiError(
+            404,
+            "no request with this Idempotency-Key is remembered for this token: none was sent in the "
+            "last 24 h, or it wrote nothing (a 503); sending it now runs it",
+            "Idempotency-Key",
+        )
+    if entry.state == "claimed":
+        return _json(200, {"idempotency_key": key, "state": "running", "at": entry.at_ms})
+    answered = {"state": "answered", "at": entry.at_ms, "status": entry.status, "answer": entry.answer}
+    return _json(200, {"idempotency_key": key, **answered})
+
+
 # --- service routes ------------------------------------------------------------------------------
 
 
@@ -435,6 +453,8 @@ _FIXED: dict[str, dict[str, Route]] = {
 }
 _TOPIC = ("/api/v1/topics/", "/records")  # POST /api/v1/topics/{topic}/records
 _TXN = "/api/v1/transactions/"  # GET …/{id}, POST …/{id}/commit, POST …/{id}/rollback
+_REQUESTS = "/api/v1/requests/"  # GET …/{Idempotency-Key}, percent-encoded
+_REQUEST_GET: dict[str, Route] = {"GET": request_get}
 _TOPIC_ROUTES: dict[str, Route] = {"POST": produce_records}
 _TXN_GET: dict[str, Route] = {"GET": txn_get}
 _TXN_VERBS: dict[str, dict[str, Route]] = {"commit": {"POST": txn_commit}, "rollback": {"POST": txn_rollback}}
@@ -449,6 +469,8 @@ def _route(method: str, path: str) -> tuple[Route, str]:
         head, tail = _TOPIC
         if path.startswith(head) and path.endswith(tail) and len(path) > len(head) + len(tail):
             routes, param = _TOPIC_ROUTES, path[len(head) : -len(tail)]
+        elif path.startswith(_REQUESTS) and len(path) > len(_REQUESTS):
+            routes, param = _REQUEST_GET, path[len(_REQUESTS) :]
         elif path.startswith(_TXN):
             param, slash, verb = path[len(_TXN) :].partition("/")
             routes = (_TXN_VERBS.get(verb) if slash else _TXN_GET) if param else None
@@ -467,7 +489,8 @@ def _route(method: str, path: str) -> tuple[Route, str]:
 
 _ROUTES = (
     "POST /api/v1/topics/{topic}/records, POST /v1/kafka/send, POST /api/v1/transactions, "
-    "GET /api/v1/transactions/{id}, POST /api/v1/transactions/{id}/commit or /rollback, GET /healthz, "
+    "GET /api/v1/transactions/{id}, POST /api/v1/transactions/{id}/commit or /rollback, "
+    "GET /api/v1/requests/{Idempotency-Key}, GET /healthz, "
     "GET /metrics and GET /api/v1/openapi.json"
 )
 """What a 404 lists, so that a client with a wrong path sees the right one."""

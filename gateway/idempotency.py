@@ -87,6 +87,11 @@ class Entry:
     answer: dict[str, Any] | None = None
 
 
+def _kafka_key(principal: str, key: str) -> bytes:
+    """The topic's key for a token's ``Idempotency-Key``: keys are per token, and no token is stored."""
+    return hashlib.sha256(f"{principal}\0{key}".encode()).hexdigest().encode()
+
+
 def first_claim(old: Entry | None, claim: Entry, now: int, claim_ttl_ms: int) -> Entry:
     """The key's entry once ``claim`` is read after ``old`` (what every entry before it left): an
     earlier claim still live — done within 24 h, or claimed less than ``claim_ttl_ms`` before
@@ -173,7 +178,7 @@ class Idempotency:
         ``deadline`` (``time.monotonic()``; default ``wait_s`` from now): when the answer is due."""
         if deadline is None:
             deadline = time.monotonic() + self.wait_s
-        kkey = hashlib.sha256(f"{principal}\0{key}".encode()).hexdigest().encode()
+        kkey = _kafka_key(principal, key)
         known = self._known(kkey, fingerprint)
         if known is not None:
             return known[0], known[1], True
@@ -213,6 +218,18 @@ class Idempotency:
             # frees after claim_ttl_ms, and a retry after that runs again.
             _log.warning("gateway.idempotency_answer_unrecorded", topic=self.topic, status=status, error=str(exc))
         return status, body, False
+
+    def recall(self, principal: str, key: str) -> Entry | None:
+        """What this replica has read of ``principal``'s request with ``key``: its entry while the
+        request runs (``claimed``) or once answered (``done``); None when no such request ran in
+        the last 24 h, it wrote nothing (``released``) or its claim was abandoned — a request sent
+        with the key now would run."""
+        entry = self._entries.get(_kafka_key(principal, key))
+        if entry is None or entry.state == "released" or now_ms() - entry.at_ms > KEEP_MS:
+            return None
+        if entry.state == "claimed" and now_ms() - entry.at_ms >= self.claim_ttl_ms:
+            return None
+        return entry
 
     def _release(self, kkey: bytes, ours: Entry) -> None:
         """Append ``released`` for our claim without waiting for it (the answer goes out now)."""

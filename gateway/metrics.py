@@ -28,7 +28,7 @@ class GatewayMetrics:
         )
         self.errors = Counter(
             "ferry_gateway_errors",
-            "Refused requests and records by kind (auth, forbidden, unknown_topic, bad_request, too_large, "
+            "Refused requests and records by kind (auth, forbidden, unknown_topic, not_found, bad_request, too_large, "
             "unavailable, record_refused, record_failed, http, internal).",
             ["kind"],
             registry=self.registry,

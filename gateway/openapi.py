@@ -208,6 +208,29 @@ OPENAPI: dict[str, Any] = {
                 },
             }
         },
+        "/api/v1/requests/{key}": {
+            "get": {
+                "summary": "What became of this token's produce sent with this Idempotency-Key (no body needed)",
+                "parameters": [
+                    {
+                        "name": "key",
+                        "in": "path",
+                        "required": True,
+                        "description": "the Idempotency-Key, percent-encoded",
+                        "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": '{"idempotency_key", "state": "running", "at"} or '
+                        '{"idempotency_key", "state": "answered", "at", "status", "answer"}: the first answer, '
+                        "as a retry with the key would get it"
+                    },
+                    **_errors(400, 401, 403),
+                    "404": {"description": "no request with this key: none in 24 h, or it wrote nothing; send it"},
+                },
+            }
+        },
         "/healthz": {"get": {"security": [], "summary": "Readiness: 200, or 503 while Kafka is unreachable"}},
         "/metrics": {"get": {"security": [], "summary": "Prometheus metrics"}},
     },

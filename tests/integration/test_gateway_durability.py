@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -48,7 +49,7 @@ def two(tmp_path: Path, kafka_bootstrap: str, db_url: str) -> Iterator[list[Serv
 
 
 def test_idempotency_key_across_replicas_and_restart(
-    two: list[ServiceProcess], kafka_bootstrap: str, topic_name: str
+    two: list[ServiceProcess], kafka_bootstrap: str, db_url: str, topic_name: str
 ) -> None:
     create_topic(kafka_bootstrap, topic_name, 2)
     body = {"records": [{"key": "a", "value": i} for i in range(5)]}
@@ -63,10 +64,28 @@ def test_idempotency_key_across_replicas_and_restart(
     assert again.json() == first.json() and again.headers.get("Idempotent-Replayed") == "true"
     assert other_body.status_code == 422 and other_body.json()["field"] == "Idempotency-Key"
     assert other_key.status_code == 200
+    # What became of it can be asked without the body, on any replica; keys are per token.
+    with client(two[1]) as b:
+        asked = b.get("/api/v1/requests/order-4711")
+        odd = b.get("/api/v1/requests/" + quote("a/b?c%", safe=""))
+        unknown_method = b.post("/api/v1/requests/order-4711")
+    assert asked.status_code == 200, asked.text
+    assert {k: v for k, v in asked.json().items() if k != "at"} == {
+        "idempotency_key": "order-4711",
+        "state": "answered",
+        "status": 200,
+        "answer": first.json(),
+    }
+    assert odd.status_code == 404 and odd.json()["field"] == "Idempotency-Key"
+    assert "sending it now runs it" in odd.json()["error"]
+    assert unknown_method.status_code == 405
+    with client(two[1], make_token(db_url, "produce", [topic_name])) as other:
+        assert other.get("/api/v1/requests/order-4711").status_code == 404
     two[0].stop()
     two[0].start().wait_ready(60)
     with client(two[0]) as a:
         after_restart = a.post(path, json=body, headers=key)
+        assert a.get("/api/v1/requests/order-4711").json()["answer"] == first.json()
     assert after_restart.status_code == 200 and after_restart.json() == first.json()
     assert len(read(kafka_bootstrap, topic_name)) == 10  # the first request and order-4712: nothing more
 

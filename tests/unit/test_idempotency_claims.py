@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from ferry.gateway.idempotency import KEEP_MS, Entry, Idempotency, KeyUnavailable, first_claim
+from ferry.clock import now_ms
+from ferry.gateway.idempotency import KEEP_MS, Entry, Idempotency, KeyUnavailable, _kafka_key, first_claim
 
 NOW = 1_800_000_000_000
 OURS = Entry("claimed", "fp", "ours", NOW)
@@ -63,3 +64,31 @@ def test_a_claim_written_at_an_unknown_offset_frees_the_key() -> None:
         assert written == ["claimed", "released"] and not ran
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("ago_ms", "entry", "recalled"),
+    [
+        (None, None, None),  # never sent with this token
+        (5, Entry("claimed", "fp", "c", 0), "claimed"),  # still running
+        (5, Entry("done", "fp", "c", 0, 200, {"results": []}), "done"),
+        (5, Entry("done", "fp", "c", 0, 504, {"error": "unknown"}), "done"),  # an unknown outcome stays
+        (5, Entry("released", "fp", "c", 0), None),  # it wrote nothing: sending it now runs it
+        (KEEP_MS + 1, Entry("done", "fp", "c", 0, 200, {}), None),  # older than 24 h
+        ("ttl", Entry("claimed", "fp", "c", 0), None),  # abandoned: its replica died
+    ],
+)
+def test_recall_says_what_a_request_sent_now_would_meet(
+    ago_ms: int | str | None, entry: Entry | None, recalled: str | None
+) -> None:
+    idem = Idempotency({"bootstrap.servers": "127.0.0.1:9"}, "keys", wait_s=1)
+    try:
+        if entry is not None:
+            age = idem.claim_ttl_ms if ago_ms == "ttl" else int(ago_ms or 0)
+            entry.at_ms = now_ms() - age
+            idem._remember(_kafka_key("tok", "k"), entry)
+        got = idem.recall("tok", "k")
+        assert (got.state if got else None) == recalled
+        assert idem.recall("other-token", "k") is None  # keys are per token
+    finally:
+        idem._served.close(0)
