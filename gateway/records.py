@@ -320,6 +320,7 @@ def _seed_text(value: Any) -> Any:
 def _seed_due(raw: str, field: str, now_ms: int) -> int:
     """The due time of an ``x-delay`` of ``raw`` whole seconds from ``now_ms``."""
     digits = raw.strip()
+    digits = digits[1:] if digits[:1] == "+" else digits  # "+5": the seed's Integer.parseInt took it
     seconds = int(digits) if ascii_digits(digits) else 0
     if seconds <= 0:
         raise ValidationError(field, f"must be a whole number of seconds > 0, not {raw[:40]!r}")

@@ -291,6 +291,12 @@ def test_deliver_at_in_the_past_is_due_now_and_written_through_the_store() -> No
             Outgoing("t", None, b"p", [("a", b"b")], None, NOW + 30_000),
         ),
         ({"topic": "t", "payload": "p"}, "2", Outgoing("t", None, b"p", [], None, NOW + 2_000)),  # an HTTP header
+        ({"topic": "t", "payload": "p"}, "+2", Outgoing("t", None, b"p", [], None, NOW + 2_000)),  # parseInt's "+"
+        (
+            {"topic": "t", "payload": "p", "headers": {"x-delay": "+3"}},
+            None,
+            Outgoing("t", None, b"p", [], None, NOW + 3_000),
+        ),
         (  # the seed writes a header's value as its text; its own docs give "x-delay": 5
             {"topic": "t", "payload": "p", "headers": {"x-delay": 5, "n": 7, "f": 1.5, "ok": True}},
             None,
@@ -330,7 +336,9 @@ def test_a_seed_body(body: dict[str, Any], http_delay: str | None, expected: Out
         ({"topic": "t", "payload": "p", "headers": {"x-delay": "-3"}}, None, "headers.x-delay"),
         ({"topic": "t", "payload": "p", "headers": {"x-delay": "9999999"}}, None, "headers.x-delay"),  # > 90 days
         ({"topic": "t", "payload": "p"}, "1.5", "x-delay"),
-        ({"topic": "t", "payload": "p"}, "+3", "x-delay"),
+        ({"topic": "t", "payload": "p"}, "++3", "x-delay"),
+        ({"topic": "t", "payload": "p"}, "+", "x-delay"),
+        ({"topic": "t", "payload": "p"}, "+-3", "x-delay"),
         ({"topic": "t", "payload": "p"}, "1_000", "x-delay"),
         ({"topic": "t", "payload": "p", "headers": {"x-delay": "\uff13"}}, None, "headers.x-delay"),  # a wide 3
         ({"topic": "t", "payload": "p", "headers": {"x-delay": "2"}}, "3", "x-delay"),
