@@ -48,7 +48,9 @@ from ferry.txnlog import TxnLogError, TxnTooLarge
 _log = log.get_logger(__name__)
 PUBLIC = ("/healthz", "/metrics")
 SEED_ROUTE = "/v1/kafka/send"
-SEED_PATHS = (SEED_ROUTE, SEED_ROUTE + "/")
+SEED_BATCH_ROUTE = "/v1/kafka/send_batch"
+SEED_BATCH_PATHS = (SEED_BATCH_ROUTE, SEED_BATCH_ROUTE + "/")
+SEED_PATHS = (SEED_ROUTE, SEED_ROUTE + "/", *SEED_BATCH_PATHS)
 """The seed route's paths: the seed (Spring MVC 5.2, trailing-slash match on) took both."""
 
 
@@ -92,7 +94,7 @@ def _seed_answer(code: int, message: str, **extra: Any) -> dict[str, Any]:
     return {"code": code, "message": message, **extra, "msg": "send success" if code == 0 else message, "data": None}
 
 
-SEED_TOPIC_NOT_EXIST, SEED_SEND_FAILED, SEED_DELAY_LEVEL_ERROR = 10005, 10006, 10011
+SEED_TOPIC_NOT_EXIST, SEED_SEND_FAILED, SEED_BATCH_SEND_FAILED, SEED_DELAY_LEVEL_ERROR = 10005, 10006, 10007, 10011
 """The seed's error codes (its ReturnCodeEnum) for the errors it had too."""
 
 
@@ -100,9 +102,9 @@ def seed_code(status: int, field: str | None) -> int:
     """The ``code`` of a seed-route error: the seed's own code where the seed had that error (an
     unknown topic, a bad ``x-delay``, a send that failed: nothing written, or not known to be), so
     that a seed client's branches on ``code`` still work; else the HTTP status."""
-    if status == 404 and field == "topic":
+    if status == 404 and field is not None and (field == "topic" or field.endswith("].topic")):
         return SEED_TOPIC_NOT_EXIST
-    if status == 400 and field in ("x-delay", "headers.x-delay"):
+    if status == 400 and field is not None and (field == "x-delay" or field.endswith("headers.x-delay")):
         return SEED_DELAY_LEVEL_ERROR
     if status in (503, 504):
         return SEED_SEND_FAILED
@@ -311,6 +313,47 @@ async def seed_send(gw: Gateway, request: Request, _: str) -> Response:
     return await _once(gw, request, raw, run, deadline)
 
 
+async def seed_send_batch(gw: Gateway, request: Request, _: str) -> Response:
+    """The seed's ``POST /v1/kafka/send_batch``: every message written at once, as ``/v1/kafka/send``
+    takes it. The answer has a result per message; when some were not written, the seed's
+    ``code`` 10007 and, in ``data``, those messages as sent (the seed's failed list) to send again."""
+    doc, raw = await _body(request, seed=True)
+    deadline = time.monotonic() + gw.producer.produce_timeout_s
+    now = now_ms()
+    try:
+        parsed = rq.parse_seed_batch(doc, now, request.headers.get("x-delay"))
+    except ValidationError as exc:
+        raise ApiError(400, exc.message, exc.field) from None
+    first: dict[str, int] = {}  # topic → the first message naming it, for the errors' field
+    for i, rec in enumerate(parsed):
+        first.setdefault(rec.topic, i)
+    partitions: dict[str, int] = {}
+    for topic, i in first.items():
+        try:
+            _allowed(request, topic)
+            partitions.update(await _partitions(gw, {topic}))
+        except ApiError as exc:
+            raise ApiError(exc.status, exc.message, f"messages[{i}].topic") from None
+
+    async def run() -> tuple[int, dict[str, Any]]:
+        try:
+            results = await _write(gw, list(parsed), partitions, now, deadline)
+        except Unknown as exc:  # an answer, not a failure: kept for the key (its retry writes nothing)
+            return 504, _seed_answer(seed_code(504, None), str(exc))
+        for i, result in enumerate(results):
+            if "field" in result:  # refused for good: the message's payload (too large)
+                result["field"] = f"messages[{i}].payload"
+        failed = [i for i, result in enumerate(results) if "error" in result]
+        if not failed:
+            return 200, {**_seed_answer(0, "ok", results=results), "msg": "batch send success"}
+        answer = _seed_answer(
+            SEED_BATCH_SEND_FAILED, f"{len(failed)} of {len(results)} messages not written", results=results
+        )
+        return 200, {**answer, "data": [doc["messages"][i] for i in failed]}
+
+    return await _once(gw, request, raw, run, deadline)
+
+
 async def _write(
     gw: Gateway, parsed: list[rq.Outgoing | rq.Refused], partitions: dict[str, int], now: int, deadline: float
 ) -> list[dict[str, Any]]:
@@ -448,7 +491,8 @@ _FIXED: dict[str, dict[str, Route]] = {
     "/healthz": {"GET": healthz},
     "/metrics": {"GET": metrics},
     "/api/v1/openapi.json": {"GET": openapi},
-    **{path: {"POST": seed_send} for path in SEED_PATHS},
+    **{path: {"POST": seed_send} for path in SEED_PATHS if path not in SEED_BATCH_PATHS},
+    **{path: {"POST": seed_send_batch} for path in SEED_BATCH_PATHS},
     "/api/v1/transactions": {"POST": txn_prepare},
 }
 _TOPIC = ("/api/v1/topics/", "/records")  # POST /api/v1/topics/{topic}/records
@@ -488,7 +532,7 @@ def _route(method: str, path: str) -> tuple[Route, str]:
 
 
 _ROUTES = (
-    "POST /api/v1/topics/{topic}/records, POST /v1/kafka/send, POST /api/v1/transactions, "
+    "POST /api/v1/topics/{topic}/records, POST /v1/kafka/send and /send_batch, POST /api/v1/transactions, "
     "GET /api/v1/transactions/{id}, POST /api/v1/transactions/{id}/commit or /rollback, "
     "GET /api/v1/requests/{Idempotency-Key}, GET /healthz, "
     "GET /metrics and GET /api/v1/openapi.json"

@@ -161,6 +161,33 @@ OPENAPI: dict[str, Any] = {
                 },
             }
         },
+        "/v1/kafka/send_batch": {
+            "post": {
+                "summary": "The seed producer proxy's batch API: messages as /v1/kafka/send takes them",
+                "parameters": [_IDEMPOTENCY],
+                "requestBody": _json(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "messages": {
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": 10000,
+                                "items": {"description": "a /v1/kafka/send body"},
+                            }
+                        },
+                        "required": ["messages"],
+                    }
+                ),
+                "responses": {
+                    "200": {
+                        "description": '{"code": 0, "msg": "batch send success", "results": [...]}, or code 10007 '
+                        'with "data" the messages not written (send them again) and each one\'s error in "results"'
+                    },
+                    "default": {"description": '{"code": <non-zero>, "message" (naming messages[i]), "msg", "data"}'},
+                },
+            }
+        },
         "/api/v1/transactions": {
             "post": {
                 "summary": "Prepare a transaction: records durable and invisible until commit",

@@ -303,6 +303,27 @@ def parse_seed(body: Any, now_ms: int, request_delay: str | None = None) -> Outg
     return Outgoing(topic, None if key is None else key.encode(), payload.encode(), rest, None, due)
 
 
+def parse_seed_batch(body: Any, now_ms: int, request_delay: str | None = None) -> list[Outgoing]:
+    """The body of the seed's ``POST /v1/kafka/send_batch``: ``{"messages": [...]}``, each message a
+    :func:`parse_seed` body (1 to :data:`MAX_RECORDS`). A wrong message refuses the whole request,
+    its field named ``messages[i].<field>``, so that nothing of a request half understood is written."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list) or not messages:
+        raise ValidationError(
+            "messages", 'the body must be {"messages": [...]}, each message a /v1/kafka/send body {"topic", "payload"}'
+        )
+    if len(messages) > MAX_RECORDS:
+        raise ValidationError("messages", f"at most {MAX_RECORDS:,} messages per request, got {len(messages):,}")
+    out = []
+    for i, message in enumerate(messages):
+        try:
+            out.append(parse_seed(message, now_ms, request_delay))
+        except ValidationError as exc:
+            field = exc.field if exc.field == "x-delay" else f"messages[{i}].{exc.field}"
+            raise ValidationError(field, exc.message) from None
+    return out
+
+
 _JAVA_BLANK = "".join(map(chr, range(0x21)))
 """What Java's ``String.trim()`` strips: the seed's test for a blank key."""
 

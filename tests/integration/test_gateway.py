@@ -133,6 +133,45 @@ def test_a_seed_client_reads_the_seeds_fields(gateway: ServiceProcess, kafka_boo
     ] * 5
 
 
+def test_the_seeds_batch_route(gateway: ServiceProcess, kafka_bootstrap: str, db_url: str, topic_name: str) -> None:
+    """``POST /v1/kafka/send_batch`` as the seed took it, ``{"messages": [<send body>, ...]}``:
+    every message written (several topics, a delayed one), ``msg`` the seed's; a wrong message, an
+    unknown topic or a topic the token may not use refuses the whole request, naming the message,
+    and writes nothing; an Idempotency-Key answers a repeat without writing."""
+    other = f"{topic_name}-b"
+    create_topic(kafka_bootstrap, topic_name, 1)
+    create_topic(kafka_bootstrap, other, 1)
+    kafka.ensure_topic({"bootstrap.servers": kafka_bootstrap}, "__ferry_delay", 1)
+    messages = [
+        {"topic": topic_name, "payload": "one", "key": "k", "headers": {"content": "goods"}},
+        {"topic": other, "payload": 2},
+        {"topic": topic_name, "payload": "in 30 s", "headers": {"x-delay": "+30"}},
+    ]
+    with client(gateway) as c:
+        ok = c.post("/v1/kafka/send_batch", json={"messages": messages}, headers={"Idempotency-Key": "b-1"})
+        again = c.post("/v1/kafka/send_batch", json={"messages": messages}, headers={"Idempotency-Key": "b-1"})
+        bad = c.post("/v1/kafka/send_batch", json={"messages": [messages[0], {"topic": topic_name}]})
+        unknown = c.post("/v1/kafka/send_batch", json={"messages": [messages[0], {"topic": "nope-zz", "payload": "x"}]})
+        empty = c.post("/v1/kafka/send_batch/", json={"messages": []})
+    with client(gateway, make_token(db_url, "produce", [topic_name])) as c:
+        forbidden = c.post("/v1/kafka/send_batch", json={"messages": messages})
+    assert ok.status_code == 200, ok.text
+    answer = ok.json()
+    assert (answer["code"], answer["msg"], answer["data"]) == (0, "batch send success", None)
+    first, second, delayed = answer["results"]
+    assert first["offset"] == 0 and second["offset"] == 0 and delayed["scheduled"] is True
+    assert again.json() == answer and again.headers["Idempotent-Replayed"] == "true"
+    assert (bad.status_code, bad.json()["code"]) == (400, 400) and "messages[1].payload" in bad.json()["message"]
+    assert (unknown.status_code, unknown.json()["code"]) == (404, 10005)  # the seed's TOPIC_NOT_EXIST
+    assert "messages[1].topic" in unknown.json()["message"]
+    assert empty.status_code == 400 and empty.json()["message"].startswith("messages:")
+    assert forbidden.status_code == 403 and "messages[1].topic" in forbidden.json()["message"]
+    assert [(k, v, dict(h)) for _, _, k, v, h in read(kafka_bootstrap, topic_name)] == [
+        (b"k", b"one", {"content": b"goods"})
+    ]
+    assert [v for *_, v, _ in read(kafka_bootstrap, other)] == [b"2"]
+
+
 @pytest.mark.parametrize(
     ("record", "field"),
     [
@@ -328,7 +367,7 @@ def test_delayed_records_wait_in_the_delay_topic(
     assert as_http.status_code == 200 and as_http.json()["scheduled"] is True, as_http.text
     assert [v for *_, v, _ in read(kafka_bootstrap, topic_name)] == [b"now"]
     waiting = read(kafka_bootstrap, "__ferry_delay")
-    first = next(h for *_, v, h in waiting if v == b"later")
+    first = next(h for *_, v, h in waiting if v == b"later" and ("ferry-target-topic", topic_name.encode()) in h)
     assert dict(first) == {
         "a": b"b",
         "ferry-deliver-at": str(scheduled["deliver_at"]).encode(),

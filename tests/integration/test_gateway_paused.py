@@ -174,6 +174,17 @@ def test_a_record_too_large_for_kafka_is_its_own_error(
         seed = c.post("/v1/kafka/send", json={"topic": topic_name, "payload": big})
         assert seed.status_code == 400 and "1,000,000" in seed.json()["message"], seed.text
         assert "Retry-After" not in seed.headers
+        # The seed's batch route: the other messages are written; the refused one comes back in the
+        # seed's failed list (code 10007) to be sent again, and its result says why.
+        batch = c.post(
+            "/v1/kafka/send_batch",
+            json={"messages": [{"topic": topic_name, "payload": "small-3"}, {"topic": topic_name, "payload": big}]},
+        )
+        assert batch.status_code == 200, batch.text
+        answer = batch.json()
+        assert (answer["code"], answer["data"]) == (10007, [{"topic": topic_name, "payload": big}])
+        kept, too_large = answer["results"]
+        assert "offset" in kept and too_large["field"] == "messages[1].payload" and "1,000,000" in too_large["error"]
         assert in_flight_bytes(c) == 0
     values = [v for _, _, _, v, _ in read(bootstrap, topic_name)]
-    assert values == [b"small-1", b"small-2"]
+    assert values == [b"small-1", b"small-2", b"small-3"]

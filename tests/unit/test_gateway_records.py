@@ -19,6 +19,7 @@ from ferry.gateway.records import (
     parse_record,
     parse_request,
     parse_seed,
+    parse_seed_batch,
     parse_txn_record,
     seed_json_bytes,
 )
@@ -428,3 +429,35 @@ def test_a_body_without_a_byte_order_mark_is_left_as_it_is(raw: bytes) -> None:
 def test_a_byte_order_mark_before_bytes_its_encoding_cannot_read_is_a_value_error() -> None:
     with pytest.raises(ValueError):
         seed_json_bytes(b"\xff\xfe\x00\xd8")  # UTF-16: an unpaired surrogate
+
+
+@pytest.mark.parametrize(
+    ("body", "http_delay", "field"),
+    [
+        ([], None, "messages"),
+        ({}, None, "messages"),
+        ({"messages": []}, None, "messages"),
+        ({"messages": {"topic": "t"}}, None, "messages"),
+        ({"messages": [{"topic": "t", "payload": "p"}] * 10_001}, None, "messages"),
+        ({"messages": [{"topic": "t", "payload": "p"}, "text"]}, None, "messages[1].topic"),
+        ({"messages": [{"topic": "t", "payload": "p"}, {"topic": "t"}]}, None, "messages[1].payload"),
+        (
+            {"messages": [{"topic": "t", "payload": "p", "headers": {"x-delay": "0"}}]},
+            None,
+            "messages[0].headers.x-delay",
+        ),
+        ({"messages": [{"topic": "t", "payload": "p"}]}, "soon", "x-delay"),  # the request's, not a message's
+    ],
+)
+def test_a_bad_seed_batch_names_the_message(body: Any, http_delay: str | None, field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_seed_batch(body, NOW, http_delay)
+    assert caught.value.field == field
+
+
+def test_a_seed_batch_is_its_messages_as_send_takes_them() -> None:
+    messages = [{"topic": "a", "payload": "p", "key": "k"}, {"topic": "b", "payload": 1, "headers": {"x-delay": 2}}]
+    assert parse_seed_batch({"messages": messages}, NOW) == [
+        Outgoing("a", b"k", b"p", []),
+        Outgoing("b", None, b"1", [], None, NOW + 2_000),
+    ]
