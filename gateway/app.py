@@ -48,10 +48,11 @@ from ferry.txnlog import TxnLogError, TxnTooLarge
 _log = log.get_logger(__name__)
 PUBLIC = ("/healthz", "/metrics")
 SEED_ROUTE = "/v1/kafka/send"
-SEED_BATCH_ROUTE = "/v1/kafka/send_batch"
-SEED_BATCH_PATHS = (SEED_BATCH_ROUTE, SEED_BATCH_ROUTE + "/")
-SEED_PATHS = (SEED_ROUTE, SEED_ROUTE + "/", *SEED_BATCH_PATHS)
+SEED_SEND_PATHS = (SEED_ROUTE, SEED_ROUTE + "/")
 """The seed route's paths: the seed (Spring MVC 5.2, trailing-slash match on) took both."""
+SEED_BATCH_PATHS = (SEED_ROUTE + "_batch", SEED_ROUTE + "_batch/")
+SEED_PATHS = (*SEED_SEND_PATHS, *SEED_BATCH_PATHS)
+"""Every path whose answers, errors included, are shaped as the seed's."""
 
 
 class ApiError(Exception):
@@ -491,7 +492,7 @@ _FIXED: dict[str, dict[str, Route]] = {
     "/healthz": {"GET": healthz},
     "/metrics": {"GET": metrics},
     "/api/v1/openapi.json": {"GET": openapi},
-    **{path: {"POST": seed_send} for path in SEED_PATHS if path not in SEED_BATCH_PATHS},
+    **{path: {"POST": seed_send} for path in SEED_SEND_PATHS},
     **{path: {"POST": seed_send_batch} for path in SEED_BATCH_PATHS},
     "/api/v1/transactions": {"POST": txn_prepare},
 }
