@@ -86,8 +86,19 @@ class Client:
     def __init__(self, profile: Profile, timeout_s: float = 60.0) -> None:
         self.profile = profile
         self._http = httpx.Client(headers={"Authorization": f"Bearer {profile.token}"}, timeout=timeout_s)
+        self.replayed = False
+        """The last answer repeated an earlier request's (``Idempotent-Replayed: true``): nothing written."""
 
-    def call(self, method: str, path: str, *, body: Any = None, gateway: bool = False, **params: Any) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        gateway: bool = False,
+        headers: dict[str, str] | None = None,
+        **params: Any,
+    ) -> Any:
         base = self.profile.gateway_url if gateway else self.profile.url
         if not base:
             raise ClientError(
@@ -96,7 +107,11 @@ class Client:
             )
         try:
             r = self._http.request(
-                method, base + path, json=body, params={k: v for k, v in params.items() if v is not None}
+                method,
+                base + path,
+                json=body,
+                params={k: v for k, v in params.items() if v is not None},
+                headers=headers,
             )
         except httpx.HTTPError as exc:
             raise ClientError(f"{base} did not answer: {exc}") from None
@@ -108,6 +123,7 @@ class Client:
             message = doc.get("error") or doc.get("message") if isinstance(doc, dict) else None
             field = doc.get("field") if isinstance(doc, dict) else None
             raise ClientError(f"HTTP {r.status_code}: {message or r.text[:200]}", r.status_code, field)
+        self.replayed = r.headers.get("idempotent-replayed") == "true"
         return doc
 
     def close(self) -> None:

@@ -80,6 +80,12 @@ def add_parsers(sub: Any) -> None:
     produce.add_argument(
         "--header", action="append", default=[], metavar="NAME=VALUE", help="a header on every record (repeatable)"
     )
+    produce.add_argument(
+        "--idempotency-key",
+        metavar="KEY",
+        help="send request N with Idempotency-Key KEY/N: the same command run again with the same KEY and "
+        "input writes nothing twice (docs/gateway.md)",
+    )
     produce.add_argument("--gateway-url", help="the gateway's URL (default: from login or FERRY_GATEWAY_URL)")
     _output(produce)
 
@@ -261,20 +267,28 @@ def dead_letters(c: Client, args: argparse.Namespace) -> int:
 
 
 def produce(c: Client, args: argparse.Namespace) -> int:
-    written = scheduled = failed = 0
+    written = scheduled = failed = replayed = 0
     batch: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
     extra: dict[str, Any] = {}
+    key = args.idempotency_key
+    if key is not None and not (1 <= len(key) <= 240 and key.isascii() and key.isprintable() and " " not in key):
+        raise ValidationError("--idempotency-key", "must be 1-240 visible ASCII characters (the gateway adds /N)")
+    requests = 0
     if args.delay:
         extra["delay_ms"] = duration_ms(args.delay)
     if args.header:
         extra["headers"] = headers_of(args.header)
 
     def flush() -> None:
-        nonlocal written, scheduled, failed
+        nonlocal written, scheduled, failed, replayed, requests
         if not batch:
             return
-        doc = c.call("POST", f"/api/v1/topics/{args.topic}/records", body={"records": batch}, gateway=True)
+        requests += 1
+        once = {"Idempotency-Key": f"{key}/{requests}"} if key else None
+        path = f"/api/v1/topics/{args.topic}/records"
+        doc = c.call("POST", path, body={"records": batch}, gateway=True, headers=once)
+        replayed += len(batch) if c.replayed else 0
         for r in doc["results"]:
             results.append(r)
             if "error" in r:
@@ -296,13 +310,15 @@ def produce(c: Client, args: argparse.Namespace) -> int:
             flush()
     flush()
     if args.output != "table":
-        print(render({"written": written, "scheduled": scheduled, "failed": failed, "results": results}, args.output))
+        summary = {"written": written, "scheduled": scheduled, "failed": failed, "repeated": replayed}
+        print(render({**summary, "results": results}, args.output))
     else:
         done = [f"{written} written to {args.topic}"] if written or not scheduled else []
         if scheduled:
             due = max(r["deliver_at"] for r in results if r.get("scheduled"))
             done.append(f"{scheduled} scheduled for {args.topic} (the last due at {_iso(due)})")
-        print(", ".join(done) + (f", {failed} refused" if failed else ""))
+        again = f" ({replayed} of them by an earlier run with this key: not written again)" if replayed else ""
+        print(", ".join(done) + (f", {failed} refused" if failed else "") + again)
         _name_refused([(f"line {i}", r) for i, r in enumerate(results, 1)])
     return EXIT_OK if not failed else 1
 

@@ -12,10 +12,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from ferry import kafka
 from tests.support.endpoint import EndpointRecorder
 from tests.support.kafka import create_topic
 from tests.support.stack import DevStack
@@ -74,6 +76,16 @@ def test_the_operator_cli(tmp_path: Path, endpoint: EndpointRecorder) -> None:
         assert produced.returncode == 0 and "3 written" in produced.stdout, produced.stderr
         until(lambda: len({r.body for r in endpoint.received}) >= 3, timeout_s=60, what="the produced lines pushed")
         assert {r.body for r in endpoint.received} == {b"hello", b"world", b"plain"}
+        # Run twice with one --idempotency-key (a run that failed half way, run again): written once.
+        once = ferry("produce", topic, "--idempotency-key", "cli-run-1", stdin="o1\no2\n")
+        assert once.returncode == 0 and once.stdout.strip() == f"2 written to {topic}", once.stdout + once.stderr
+        again = ferry("produce", topic, "--idempotency-key", "cli-run-1", stdin="o1\no2\n")
+        assert again.returncode == 0, again.stderr
+        assert "(2 of them by an earlier run with this key: not written again)" in again.stdout
+        assert ferry("produce", topic, "--idempotency-key", "two words", stdin="x\n").returncode == 2
+        in_topic: list[Any] = []
+        kafka.read_to_end({"bootstrap.servers": s["kafka_bootstrap"]}, topic, in_topic.append)
+        assert sorted(m.value() for m in in_topic) == [b"hello", b"o1", b"o2", b"plain", b"world"]  # nothing twice
         sent_at = time.time()
         later = ferry("produce", topic, "--delay", "1500ms", "--header", "origin=cli", stdin="later\n")
         assert later.returncode == 0 and "1 scheduled for" in later.stdout, later.stdout + later.stderr
