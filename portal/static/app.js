@@ -133,6 +133,9 @@ const FIELDS = [
   ["endpoint.headers", "Endpoint headers", "textarea", "one `Name: value` per line; values are secret and shown as ***"],
   ["ordering", "Ordering", "select:key,partition,none", "key: per-key order, keys in parallel"],
   ["max_in_flight", "Max in flight (per partition)", "number", ""],
+  ["concurrency.mode", "Concurrency", "select:fixed,adaptive", "adaptive: each worker learns how many pushes the endpoint takes at once, within min and max"],
+  ["concurrency.min", "Adaptive: min", "number", "default 1"],
+  ["concurrency.max", "Adaptive: max", "number", "default: max in flight"],
   ["retry.max_attempts", "Max attempts", "number", ""],
   ["retry.initial_backoff_ms", "Initial backoff (ms)", "number", ""],
   ["retry.max_backoff_ms", "Max backoff (ms)", "number", ""],
@@ -184,11 +187,13 @@ async function edit(name) {
     for (const p in errors) { errors[p].textContent = ""; inputs[p].removeAttribute("aria-invalid"); }
     general.textContent = "";
     const doc = existing ? JSON.parse(JSON.stringify(existing)) : {};
-    // Batch mode is on exactly when max records is filled in.
+    // Batch mode is on exactly when max records is filled in; adaptive concurrency when chosen.
     const batched = inputs["batch.max_records"].value.trim() !== "";
     doc.batch = batched ? {} : null;
+    const adaptive = inputs["concurrency.mode"].value === "adaptive";
+    doc.concurrency = adaptive ? {} : null;
     for (const [path, , type] of FIELDS) {
-      if (path.startsWith("batch.") && !batched) continue;
+      if ((path.startsWith("batch.") && !batched) || (path.startsWith("concurrency.") && !adaptive)) continue;
       let v = inputs[path].value.trim();
       if (type === "json") {
         // Empty removes the filter; a filter that is not JSON is named here, before any request.
@@ -274,6 +279,7 @@ async function show(name) {
   const healthNow = el("span", { id: "sub-health" });
   const dlq = el("div");
   const warnings = el("div");
+  const limits = el("div", { id: "limits" });
   const traced = el("div", { id: "trace-result" });
   const durable = (sub.retry || {}).mode === "durable";
   const multi = (sub.clusters || []).length > 1 || (sub.clusters && sub.clusters[0] !== "default");
@@ -314,6 +320,18 @@ async function show(name) {
       el("td", { text: p.topic }), el("td", { class: "num", text: p.partition }), el("td", { text: p.worker || "—" }),
       ...["committed", "high_watermark", "lag", "stalled_s", "in_flight", "delivered", "retried", "dead_lettered", "filtered", ...(durable ? ["deferred"] : [])].map((k) => el("td", { class: "num", text: fmt(p[k]) })))));
     warnings.replaceChildren(...(st.warnings || []).map((w) => el("p", { class: "card error", text: w })));
+    const c = st.concurrency;
+    limits.replaceChildren(...(c ? [
+      el("h2", { text: "Concurrency" }),
+      el("p", { class: "muted" }, `adaptive ${c.min}–${c.max} toward `, el("span", { class: "mono", text: c.origin }), ": the limit each worker has learnt"),
+      Object.keys(c.workers).length
+        ? el("table", { id: "concurrency" }, el("thead", {}, el("tr", {}, el("th", { text: "Worker" }),
+          ["Limit", "In flight", "Waiting", "No-queue latency (ms)", "Overloads"].map((h) => el("th", { class: "num", text: h })), el("th", { text: "Probing" }))),
+          el("tbody", {}, Object.entries(c.workers).sort().map(([w, e]) => el("tr", {}, el("td", { class: "mono", text: w }),
+            ...[e.limit, e.in_flight, e.waiting, e.no_queue_latency_ms, e.overloads].map((v) => el("td", { class: "num", text: v === null || v === undefined ? "—" : fmt(v) })),
+            el("td", { text: e.probing ? "yes" : "no" })))))
+        : el("p", { class: "muted", text: "No worker has pushed to it yet." }),
+    ] : []));
     pauseBtn.disabled = st.state === "paused";
     resumeBtn.disabled = st.state !== "paused";
   };
@@ -356,7 +374,7 @@ async function show(name) {
   dlqCluster.addEventListener("change", () => loadDlq().catch((err) => toast(err.message)));
   main.append(
     el("div", { class: "toolbar" }, el("h1", {}, sub.name, " ", state, " ", healthNow)),
-    el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight` + (multi ? ` · clusters ${sub.clusters.join(", ")}` : "") + (sub.batch ? ` · batches of up to ${sub.batch.max_records} records` : "") + (sub.delay_ms ? ` · delayed ${fmt(sub.delay_ms)} ms` : "") + (durable ? " · durable retries" : "")),
+    el("p", { class: "muted" }, `${sub.topics.join(", ")} → `, el("span", { class: "mono", text: sub.endpoint.url }), ` · ordering ${sub.ordering} · ${sub.max_in_flight} in flight` + (sub.concurrency ? ` · adaptive concurrency ${sub.concurrency.min}–${sub.concurrency.max}` : "") + (multi ? ` · clusters ${sub.clusters.join(", ")}` : "") + (sub.batch ? ` · batches of up to ${sub.batch.max_records} records` : "") + (sub.delay_ms ? ` · delayed ${fmt(sub.delay_ms)} ms` : "") + (durable ? " · durable retries" : "")),
     ...(sub.filter ? [el("p", { class: "muted" }, "Filter: ", el("code", { id: "sub-filter", text: JSON.stringify(sub.filter) }))] : []),
     el("div", { class: "actions" },
       pauseBtn, resumeBtn,
@@ -381,6 +399,7 @@ async function show(name) {
     el("table", { id: "partitions" }, el("thead", {}, el("tr", {}, ...(multi ? [el("th", { text: "Cluster" })] : []), el("th", { text: "Topic" }), el("th", { class: "num", text: "Partition" }), el("th", { text: "Worker" }),
       ["Committed", "High watermark", "Lag", "Held (s)", "In flight", "Delivered", "Retried", "Dead-lettered", "Filtered", ...(durable ? ["Deferred"] : [])].map((h) =>
         el("th", { class: "num", text: h, title: h === "Held (s)" ? "Seconds the committed watermark has not moved while records wait at or above it: one record the endpoint keeps failing holds the partition (0 while it moves)" : h === "Deferred" ? "Records handed to the delay store to wait for a durable retry" : h === "Filtered" ? "Records the filter rejected: acknowledged without a push" : "" })))), body),
+    limits,
     el("div", { class: "toolbar" }, el("h2", { text: "Dead letters" }), el("div", { class: "pick" }, ...(multi ? [dlqCluster] : []), redriveBtn)),
     dlq,
     el("h2", { text: "Where is my record?" }),

@@ -17,6 +17,7 @@ import pytest
 
 from ferry.devstack.embedded import free_port
 from tests.browser.test_ui import ARGS, CHROMIUM, DOCS
+from tests.support.endpoint import EndpointRecorder
 from tests.support.kafka import create_topic, produce
 from tests.support.needs import missing
 from tests.support.stack import DevStack
@@ -127,6 +128,42 @@ def test_filter_delay_and_durable_retries_in_the_form(ui: UI) -> None:
     expect(page.get_by_role("heading", name="ui-filtered")).to_be_visible()
     expect(page.locator("#partitions thead")).to_be_visible()
     expect(page.locator("#sub-filter")).to_have_count(0)
+    browser.close()
+
+
+def test_adaptive_concurrency_through_the_form_and_its_limits_on_the_page(ui: UI, endpoint: EndpointRecorder) -> None:
+    from playwright.sync_api import expect
+
+    s, pw = ui
+    create_topic(s["kafka_bootstrap"], "ui-adaptive", 2)
+    browser, page = _signed_in(pw, s)
+    page.goto(s["portal_url"] + "/#/new")
+    page.fill("#f-name", "ui-adaptive")
+    page.fill("#f-topics", "ui-adaptive")
+    page.fill("#f-endpoint-url", endpoint.url)
+    page.get_by_label("Concurrency", exact=True).select_option("adaptive")
+    page.get_by_label("Adaptive: min").fill("2")
+    page.get_by_label("Adaptive: max").fill("1")
+    page.click("button:has-text('Create')")
+    expect(page.locator("#f-concurrency-max-error")).to_contain_text(">= concurrency.min")  # at the field
+    page.get_by_label("Adaptive: max").fill("24")
+    page.click("button:has-text('Create')")
+    expect(page.get_by_role("heading", name="ui-adaptive")).to_be_visible()
+    expect(page.locator("main")).to_contain_text("adaptive concurrency 2–24")
+    produce(s["kafka_bootstrap"], "ui-adaptive", [(f"k{i}".encode(), b"{}", i % 2) for i in range(20)])
+    # The limit the worker has learnt toward the endpoint, refreshed with the partitions.
+    row = page.locator("#concurrency tbody tr")
+    expect(row).to_have_count(1, timeout=60_000)
+    expect(row.locator("td").nth(1)).to_have_text(re.compile(r"^\d+$"))
+    page.click("text=Edit")
+    expect(page.get_by_label("Concurrency", exact=True)).to_have_value("adaptive")
+    expect(page.get_by_label("Adaptive: max")).to_have_value("24")
+    page.get_by_label("Concurrency", exact=True).select_option("fixed")  # back to max_in_flight
+    page.click("button:has-text('Save')")
+    expect(page.get_by_role("heading", name="ui-adaptive")).to_be_visible()
+    expect(page.locator("#concurrency")).to_have_count(0)
+    api = {"Authorization": f"Bearer {s['admin_token']}"}
+    assert "concurrency" not in httpx.get(s["portal_url"] + "/api/v1/subscriptions/ui-adaptive", headers=api).json()
     browser.close()
 
 
