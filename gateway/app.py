@@ -24,7 +24,7 @@ import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -291,14 +291,28 @@ async def produce_records(gw: Gateway, request: Request, topic: str) -> Response
     return await _once(gw, request, raw, run, deadline)
 
 
-async def seed_send(gw: Gateway, request: Request, _: str) -> Response:
+class _SeedRequest(NamedTuple):
+    doc: Any
+    raw: bytes
+    deadline: float  # time.monotonic()
+    now: int  # epoch ms
+    parsed: Any  # what the route's parser made of the body
+
+
+async def _seed_request(gw: Gateway, request: Request, parse: Callable[[Any, int, str | None], Any]) -> _SeedRequest:
+    """A seed route's body read (a byte order mark taken, as the seed did) and parsed with its
+    ``x-delay`` HTTP header; 400 naming the field the parser refused."""
     doc, raw = await _body(request, seed=True)
     deadline = time.monotonic() + gw.producer.produce_timeout_s
     now = now_ms()
     try:
-        rec = rq.parse_seed(doc, now, request.headers.get("x-delay"))
+        return _SeedRequest(doc, raw, deadline, now, parse(doc, now, request.headers.get("x-delay")))
     except ValidationError as exc:
         raise ApiError(400, exc.message, exc.field) from None
+
+
+async def seed_send(gw: Gateway, request: Request, _: str) -> Response:
+    _, raw, deadline, now, rec = await _seed_request(gw, request, rq.parse_seed)
     _allowed(request, rec.topic)
     partitions = await _partitions(gw, {rec.topic})
 
@@ -318,13 +332,7 @@ async def seed_send_batch(gw: Gateway, request: Request, _: str) -> Response:
     """The seed's ``POST /v1/kafka/send_batch``: every message written at once, as ``/v1/kafka/send``
     takes it. The answer has a result per message; when some were not written, the seed's
     ``code`` 10007 and, in ``data``, those messages as sent (the seed's failed list) to send again."""
-    doc, raw = await _body(request, seed=True)
-    deadline = time.monotonic() + gw.producer.produce_timeout_s
-    now = now_ms()
-    try:
-        parsed = rq.parse_seed_batch(doc, now, request.headers.get("x-delay"))
-    except ValidationError as exc:
-        raise ApiError(400, exc.message, exc.field) from None
+    doc, raw, deadline, now, parsed = await _seed_request(gw, request, rq.parse_seed_batch)
     first: dict[str, int] = {}  # topic → the first message naming it, for the errors' field
     for i, rec in enumerate(parsed):
         first.setdefault(rec.topic, i)

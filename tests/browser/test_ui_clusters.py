@@ -13,11 +13,10 @@ import pytest
 
 from ferry.devstack import embedded
 from tests.browser.test_ui import ARGS, CHROMIUM, DOCS
-from tests.integration.test_zones import ADMIN, Zones, cluster_of
+from tests.integration.test_zones import ADMIN, Zones, cluster_of, until_dead_lettered
 from tests.support.endpoint import EndpointRecorder, Reply
 from tests.support.kafka import create_topic, produce
 from tests.support.needs import missing
-from tests.support.wait import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
@@ -47,14 +46,7 @@ def test_dead_letters_trace_redrive_and_reset_per_cluster_in_the_browser(
         produce(z.bootstrap["default"], topic, [(b"fine", b"d", 0)])
         produce(z.bootstrap["dc2"], topic, [(b"fine", b"d", 0), (b"poison", b"x", 0)])
         with z.portal() as api:
-            until(
-                lambda: (
-                    api.get(f"/subscriptions/zu/records/{topic}/0/1", params={"cluster": "dc2"}).json()["state"]
-                    == "dead_lettered"
-                ),
-                timeout_s=60,
-                what="dc2's record dead-lettered (the trace says so)",
-            )
+            until_dead_lettered(api, "zu", f"{topic}/0/1", "dc2", timeout_s=60)
             portal_url = str(api.base_url).removesuffix("/api/v1/")
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)

@@ -100,6 +100,20 @@ def zones(
         z.close()
 
 
+def until_dead_lettered(api: httpx.Client, sub: str, record: str, cluster: str, timeout_s: float = 10) -> None:
+    """Wait until the trace of ``record`` (``topic/partition/offset``) in ``cluster`` says
+    ``dead_lettered``: it reads the workers' stats, published every second, so it may show the
+    last push in flight for up to that long after the dead letter is written."""
+    until(
+        lambda: (
+            api.get(f"/subscriptions/{sub}/records/{record}", params={"cluster": cluster}).json()["state"]
+            == "dead_lettered"
+        ),
+        timeout_s=timeout_s,
+        what=f"the trace of {cluster}'s record {record} says dead_lettered",
+    )
+
+
 def cluster_of(r: Received) -> str:
     return r.headers.get("ce-kafkacluster", "default")
 
@@ -357,16 +371,7 @@ def test_the_portal_shows_zones_and_clusters(zones: Zones) -> None:
         )
         assert [(d["source_topic"], d["source_partition"], d["source_offset"]) for d in two] == [(topic, 1, 2)] * 2
         assert api.get("/subscriptions/zones/dead-letters").json()["dead_letters"] == []
-        # The trace reads the workers' stats, published every second: it may show the last push
-        # in flight for up to that long after the dead letter is written.
-        until(
-            lambda: (
-                api.get(f"/subscriptions/zones/records/{topic}/1/2", params={"cluster": "dc2"}).json()["state"]
-                == "dead_lettered"
-            ),
-            timeout_s=10,
-            what="the trace of dc2's record says dead_lettered",
-        )
+        until_dead_lettered(api, "zones", f"{topic}/1/2", "dc2")
         assert api.get(f"/subscriptions/zones/records/{topic}/1/2").json()["state"] != "dead_lettered"
         # A reset of one cluster moves only that cluster's partitions.
         only = api.post("/subscriptions/zones/reset", json={"to": "latest", "cluster": "dc2"}, timeout=90)
@@ -437,13 +442,6 @@ def test_retries_through_the_retry_topic_keep_the_records_cluster(
             assert [r.ce_id for r in endpoint.received if cluster_of(r) == "default"] == [f"{topic}/0/0"]
             traced = api.get(f"/subscriptions/zr/records/{topic}/0/0").json()
             assert (traced["cluster"], traced["state"]) == ("default", "delivered")
-            until(  # the workers' stats behind the trace are published every second
-                lambda: (
-                    api.get(f"/subscriptions/zr/records/{topic}/0/0", params={"cluster": "dc2"}).json()["state"]
-                    == "dead_lettered"
-                ),
-                timeout_s=10,
-                what="the trace of dc2's record says dead_lettered",
-            )
+            until_dead_lettered(api, "zr", f"{topic}/0/0", "dc2")
     finally:
         z.close()
