@@ -19,6 +19,10 @@ One request with a key, in order:
    instead: a retry runs again. So does one whose claim could not be written in time
    (:class:`KeyUnavailable`, 503).
 
+Asking without the body: :meth:`Idempotency.recall` is what this replica has read of a key — an
+answer, a request still running, or nothing a request sent now would meet
+(``GET /api/v1/requests/{key}``).
+
 Every step waits at most until the request's deadline (recording the answer: ``DONE_GRACE_S``
 more), so a request with a key is answered as surely as one without. A claim that was neither
 released nor done — its replica died, or Kafka was unreachable for the release too — holds the key

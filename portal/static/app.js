@@ -328,7 +328,7 @@ async function show(name) {
         ? el("table", { id: "concurrency" }, el("thead", {}, el("tr", {}, el("th", { text: "Worker" }),
           ["Limit", "In flight", "Waiting", "No-queue latency (ms)", "Overloads"].map((h) => el("th", { class: "num", text: h })), el("th", { text: "Probing" }))),
           el("tbody", {}, Object.entries(c.workers).sort().map(([w, e]) => el("tr", {}, el("td", { class: "mono", text: w }),
-            ...[e.limit, e.in_flight, e.waiting, e.no_queue_latency_ms, e.overloads].map((v) => el("td", { class: "num", text: v === null || v === undefined ? "—" : fmt(v) })),
+            ...[e.limit, e.in_flight, e.waiting, e.no_queue_latency_ms, e.overloads].map((v) => el("td", { class: "num", text: fmt(v) })),
             el("td", { text: e.probing ? "yes" : "no" })))))
         : el("p", { class: "muted", text: "No worker has pushed to it yet." }),
     ] : []));
