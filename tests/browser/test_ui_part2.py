@@ -42,6 +42,16 @@ def ui(tmp_path: Path) -> Iterator[UI]:
         yield stack.state, pw
 
 
+def _admin(s: dict[str, Any]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {s['admin_token']}"}
+
+
+def _create(s: dict[str, Any], sub: dict[str, Any]) -> None:
+    """Create ``sub`` through the portal's API, as the admin."""
+    made = httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=_admin(s))
+    assert made.status_code == 201, made.text
+
+
 def _signed_in(pw: Any, s: dict[str, Any]) -> tuple[Any, Any]:
     from playwright.sync_api import expect
 
@@ -162,8 +172,8 @@ def test_adaptive_concurrency_through_the_form_and_its_limits_on_the_page(ui: UI
     page.click("button:has-text('Save')")
     expect(page.get_by_role("heading", name="ui-adaptive")).to_be_visible()
     expect(page.locator("#concurrency")).to_have_count(0)
-    api = {"Authorization": f"Bearer {s['admin_token']}"}
-    assert "concurrency" not in httpx.get(s["portal_url"] + "/api/v1/subscriptions/ui-adaptive", headers=api).json()
+    got = httpx.get(s["portal_url"] + "/api/v1/subscriptions/ui-adaptive", headers=_admin(s)).json()
+    assert "concurrency" not in got
     browser.close()
 
 
@@ -171,10 +181,8 @@ def test_a_refused_action_says_why(ui: UI) -> None:
     from playwright.sync_api import expect
 
     s, pw = ui
-    api = {"Authorization": f"Bearer {s['admin_token']}"}
-    sub = {"name": "ui-readonly", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}}
-    assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
-    made = httpx.post(s["portal_url"] + "/api/v1/tokens", json={"name": "viewer", "scope": "read"}, headers=api)
+    _create(s, {"name": "ui-readonly", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}})
+    made = httpx.post(s["portal_url"] + "/api/v1/tokens", json={"name": "viewer", "scope": "read"}, headers=_admin(s))
     browser, page = _signed_in(pw, {**s, "admin_token": made.json()["token"]})
     page.goto(s["portal_url"] + "/#/subscriptions/ui-readonly")
     expect(page.get_by_role("heading", name="ui-readonly")).to_be_visible()
@@ -190,14 +198,15 @@ def test_a_dead_letter_is_traced_from_the_keyboard(ui: UI) -> None:
     s, pw = ui
     create_topic(s["kafka_bootstrap"], "ui-dlq", 1)
     closed = f"http://127.0.0.1:{free_port()}/hook"
-    sub = {
-        "name": "ui-dlq",
-        "topics": ["ui-dlq"],
-        "endpoint": {"url": closed},
-        "retry": {"max_attempts": 1, "initial_backoff_ms": 50, "max_backoff_ms": 100},
-    }
-    api = {"Authorization": f"Bearer {s['admin_token']}"}
-    assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
+    _create(
+        s,
+        {
+            "name": "ui-dlq",
+            "topics": ["ui-dlq"],
+            "endpoint": {"url": closed},
+            "retry": {"max_attempts": 1, "initial_backoff_ms": 50, "max_backoff_ms": 100},
+        },
+    )
     browser, page = _signed_in(pw, s)
     page.goto(s["portal_url"] + "/#/subscriptions/ui-dlq")
     expect(page.locator("text=No dead letters.")).to_be_visible()
@@ -234,16 +243,16 @@ def test_an_emptied_number_gets_its_default_on_edit(ui: UI) -> None:
     from playwright.sync_api import expect
 
     s, pw = ui
-    api = {"Authorization": f"Bearer {s['admin_token']}"}
-    sub = {
-        "name": "ui-defaults",
-        "topics": ["orders"],
-        "endpoint": {"url": "http://127.0.0.1:9/hook"},
-        "retry": {"max_attempts": 3},
-        "delay_ms": 2000,
-    }
-    url = s["portal_url"] + "/api/v1/subscriptions"
-    assert httpx.post(url, json=sub, headers=api).status_code == 201
+    _create(
+        s,
+        {
+            "name": "ui-defaults",
+            "topics": ["orders"],
+            "endpoint": {"url": "http://127.0.0.1:9/hook"},
+            "retry": {"max_attempts": 3},
+            "delay_ms": 2000,
+        },
+    )
     browser, page = _signed_in(pw, s)
     page.goto(s["portal_url"] + "/#/edit/ui-defaults")
     attempts = page.get_by_label("Max attempts")
@@ -253,7 +262,7 @@ def test_an_emptied_number_gets_its_default_on_edit(ui: UI) -> None:
     page.get_by_label("Delay (ms)").fill("")
     page.click("button:has-text('Save')")
     expect(page.locator("#partitions")).to_be_visible()  # saved: the subscription's page
-    saved = httpx.get(url + "/ui-defaults", headers=api).json()
+    saved = httpx.get(s["portal_url"] + "/api/v1/subscriptions/ui-defaults", headers=_admin(s)).json()
     assert saved["retry"]["max_attempts"] == 5, saved  # the default the field showed
     assert saved.get("delay_ms", 0) == 0, saved
     browser.close()
@@ -263,9 +272,7 @@ def test_the_list_keeps_focus_and_shows_errors_when_it_refreshes(ui: UI) -> None
     from playwright.sync_api import expect
 
     s, pw = ui
-    api = {"Authorization": f"Bearer {s['admin_token']}"}
-    sub = {"name": "ui-focus", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}}
-    assert httpx.post(s["portal_url"] + "/api/v1/subscriptions", json=sub, headers=api).status_code == 201
+    _create(s, {"name": "ui-focus", "topics": ["orders"], "endpoint": {"url": "http://127.0.0.1:9/hook"}})
     browser, page = _signed_in(pw, s)
     link = page.get_by_role("link", name="ui-focus")
     link.focus()
