@@ -71,7 +71,7 @@ class Gateway:
     producer: Producer
     topics: TopicCache
     tokens: TokenCache
-    idempotency: Idempotency | None
+    idempotency: Idempotency
     transactions: Transactions | None
     metrics: GatewayMetrics
     delay_topic: str
@@ -244,7 +244,7 @@ async def _once(
 ) -> Response:
     """Run a produce at most once per ``Idempotency-Key`` (§9), or simply run it without one."""
     key = request.headers.get("idempotency-key")
-    if key is None or gw.idempotency is None:
+    if key is None:
         status, body = await run()
         return _json(status, body)
     _check_key(key)
@@ -461,7 +461,6 @@ async def request_get(gw: Gateway, request: Request, key: str) -> Response:
     """What became of this token's produce sent with ``Idempotency-Key: key`` (docs/gateway.md):
     its answer, or that it is still running; 404 when a request sent with the key now would run."""
     _check_key(key)
-    assert gw.idempotency is not None
     entry = gw.idempotency.recall(request.principal.name, key)
     if entry is None:
         raise ApiError(

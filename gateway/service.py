@@ -80,8 +80,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
     loop = asyncio.get_running_loop()
     gw = await asyncio.to_thread(build, settings)
     gw.producer.start(loop)
-    if gw.idempotency is not None:
-        await asyncio.to_thread(gw.idempotency.start, loop)
+    await asyncio.to_thread(gw.idempotency.start, loop)
     if gw.transactions is not None:
         await asyncio.to_thread(gw.transactions.log.ensure)
     # As the worker does: what start-up built stays out of every collection, and the young
@@ -115,8 +114,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
     finally:
         await server.close()  # stops listening, lets requests in flight finish
         left = await asyncio.to_thread(gw.producer.close)
-        if gw.idempotency is not None:
-            await asyncio.to_thread(gw.idempotency.close)
+        await asyncio.to_thread(gw.idempotency.close)
         if gw.transactions is not None:
             await asyncio.to_thread(gw.transactions.log.close)
         _log.info("gateway.stopped", unacknowledged=left)
