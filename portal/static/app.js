@@ -64,8 +64,9 @@ function login() {
     const candidate = input.value.trim();
     const res = await fetch("/api/v1/subscriptions", { headers: { "Authorization": "Bearer " + candidate } }).catch(() => null);
     if (res && res.ok) {
+      // Open the page the address names: a link to a subscription that asked for a token lands there.
       sessionStorage.setItem("ferry-token", candidate);
-      if (location.hash === "#/subscriptions") route(); else location.hash = "#/subscriptions";
+      route();
     }
     else {
       // Only a 401 means a wrong token; say what else went wrong (a block after wrong tokens, no portal).

@@ -58,10 +58,11 @@ def test_dead_letters_trace_redrive_and_reset_per_cluster_in_the_browser(
                     dialog.accept("latest" if dialog.type == "prompt" else None)
 
                 page.on("dialog", answer)
-                page.goto(f"{portal_url}/")
+                # A link to the subscription asks for a token, then opens that subscription.
+                page.goto(f"{portal_url}/#/subscriptions/zu")
                 page.fill("#token", ADMIN)
                 page.click("button[type=submit]")
-                page.goto(f"{portal_url}/#/subscriptions/zu")
+                expect(page.get_by_role("heading", name="zu")).to_be_visible()
 
                 # default's dead letters first: none; dc2's: the poison record.
                 picker = page.get_by_label("Dead letters of Kafka cluster")
