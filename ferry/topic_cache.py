@@ -7,7 +7,10 @@ a partition the topic does not have; the delay store dead-letters a record whose
 partition does not exist instead of writing it (docs/delay.md). The cache is refreshed every
 ``refresh_s`` in the background; a topic it does not know triggers one refresh at most every
 ``miss_refresh_s`` (a topic created a moment ago is found at once; a stream of requests for a
-topic that does not exist costs one metadata call per second, not one per request).
+topic that does not exist costs one metadata call per second, not one per request). A caller whose
+write failed in a way a deleted topic explains calls :meth:`TopicCache.doubt`: the next lookup
+lists again (at most once per ``miss_refresh_s``), so a deleted topic is answered 404 within
+about a second of the first failure, not after ``refresh_s``.
 
 Blocking (Kafka metadata): :meth:`TopicCache.refresh` runs in a thread.
 """
@@ -40,6 +43,7 @@ class TopicCache:
         self.miss_refresh_s = miss_refresh_s
         self._partitions: dict[str, int] = {}
         self._refreshed_at = float("-inf")
+        self._doubted_at = float("-inf")  # listings begun before this are trusted miss_refresh_s only
         self._lock = asyncio.Lock()
         self.listed = False
         """Whether the last refresh succeeded: a topic missing from a failed one may yet exist."""
@@ -60,11 +64,16 @@ class TopicCache:
         self.listed = True
         return counts
 
+    def doubt(self) -> None:
+        """A write failed as it would for a topic deleted since the last listing: list again at
+        the next lookup, unless the last listing is under ``miss_refresh_s`` old."""
+        self._doubted_at = time.monotonic()
+
     async def partitions(self, topic: str) -> int | None:
         """The topic's partition count, or None when the brokers do not have it."""
         age = time.monotonic() - self._refreshed_at
         count = self._partitions.get(topic)
-        if count is not None and age < self.refresh_s:
+        if count is not None and age < self.refresh_s and self._refreshed_at >= self._doubted_at:
             return count
         if count is None and age < self.miss_refresh_s:
             return None

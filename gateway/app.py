@@ -375,6 +375,7 @@ async def _write(
         raise ApiError(503, str(exc), retry_after_s=exc.retry_after_s) from None
     except Unknown:
         gw.metrics.errors.labels("unknown_outcome").inc()
+        gw.topics.doubt()  # a topic deleted since the last listing times out: the next request asks
         raise
     finally:
         gw.metrics.latency.observe(time.perf_counter() - started)
@@ -386,6 +387,7 @@ async def _write(
         gw.metrics.errors.labels("record_refused").inc(written.refused)
     if written.failed:
         gw.metrics.errors.labels("record_failed").inc(written.failed)
+        gw.topics.doubt()
     return written.results
 
 
