@@ -65,17 +65,22 @@ class TopicCache:
         return counts
 
     def doubt(self) -> None:
-        """A write failed as it would for a topic deleted since the last listing: list again at
-        the next lookup, unless the last listing is under ``miss_refresh_s`` old."""
+        """A write failed as it would for a topic deleted since the last listing: every count
+        listed before now is no longer trusted, so the next lookup lists again (:meth:`partitions`
+        not within ``miss_refresh_s`` of the last listing)."""
         self._doubted_at = time.monotonic()
+
+    def _known(self, topic: str) -> int | None:
+        """The topic's count from a listing still trusted (under ``refresh_s`` old, not doubted)."""
+        fresh = time.monotonic() - self._refreshed_at < self.refresh_s and self._refreshed_at >= self._doubted_at
+        return self._partitions.get(topic) if fresh else None
 
     async def partitions(self, topic: str) -> int | None:
         """The topic's partition count, or None when the brokers do not have it."""
-        age = time.monotonic() - self._refreshed_at
-        count = self._partitions.get(topic)
-        if count is not None and age < self.refresh_s and self._refreshed_at >= self._doubted_at:
-            return count
-        if count is None and age < self.miss_refresh_s:
+        known = self._known(topic)
+        if known is not None:
+            return known
+        if topic not in self._partitions and time.monotonic() - self._refreshed_at < self.miss_refresh_s:
             return None
         async with self._lock:
             if time.monotonic() - self._refreshed_at >= min(self.miss_refresh_s, self.refresh_s):
@@ -92,9 +97,9 @@ class TopicCache:
         this call (one listing shared by concurrent callers), never the last second's: None means
         the topic did not exist just now. Raises :class:`ferry.kafka.KafkaUnavailable` when the
         brokers cannot list topics."""
-        count = self._partitions.get(topic)
-        if count is not None and time.monotonic() - self._refreshed_at < self.refresh_s:
-            return count
+        known = self._known(topic)
+        if known is not None:
+            return known
         asked = time.monotonic()
         async with self._lock:
             if self._refreshed_at < asked or not self.listed:

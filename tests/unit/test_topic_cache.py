@@ -63,24 +63,32 @@ def test_the_exact_lookup_says_when_it_cannot_list(monkeypatch: pytest.MonkeyPat
 
 
 @pytest.mark.parametrize(
-    ("miss_refresh_s", "doubted", "answer", "listings"),
+    ("exact", "miss_refresh_s", "doubted", "answer", "listings"),
     [
-        (0, False, 3, 1),  # no doubt: the cached count, for refresh_s
-        (0, True, None, 2),  # a failed write doubts it: the next lookup lists and finds it gone
-        (60, True, 3, 1),  # ... but not again within miss_refresh_s of the last listing
+        (False, 0, False, 3, 1),  # no doubt: the cached count, for refresh_s
+        (False, 0, True, None, 2),  # a failed write doubts it: the next lookup lists and finds it gone
+        (False, 60, True, 3, 1),  # ... but not again within miss_refresh_s of the last listing
+        (True, 60, False, 3, 1),  # the exact lookup trusts a known count as long
+        (True, 60, True, None, 2),  # ... and lists again after a doubt, whenever the last listing was
     ],
 )
 def test_a_doubt_lists_a_deleted_topic_again(
-    monkeypatch: pytest.MonkeyPatch, miss_refresh_s: float, doubted: bool, answer: int | None, listings: int
+    monkeypatch: pytest.MonkeyPatch,
+    exact: bool,
+    miss_refresh_s: float,
+    doubted: bool,
+    answer: int | None,
+    listings: int,
 ) -> None:
     cache, listing = cache_with({"orders": 3}, monkeypatch)
     cache.miss_refresh_s = miss_refresh_s
+    lookup = cache.partitions_exact if exact else cache.partitions
 
     async def main() -> int | None:
-        await cache.partitions("orders")
+        await lookup("orders")
         del listing.topics["orders"]
         if doubted:
             cache.doubt()
-        return await cache.partitions("orders")
+        return await lookup("orders")
 
     assert asyncio.run(main()) == answer and listing.calls == listings
