@@ -23,6 +23,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message
 
 from ferry import kafka
+from ferry.deadlines import time_out
 
 POLL_S = 0.05
 """How long one poll waits for an acknowledgement (also how soon ``close()`` stops the thread)."""
@@ -40,11 +41,14 @@ class ServedProducer:
         self._thread = threading.Thread(target=self._poll, name=f"ferry-{role}-poll", daemon=True)
         self._thread.start()
 
-    def acknowledgement(self) -> tuple[asyncio.Future[Acked], OnDelivery]:
+    def acknowledgement(self, timeout_s: float | None = None) -> tuple[asyncio.Future[Acked], OnDelivery]:
         """(On the loop.) A future of one record's acknowledgement, and the delivery callback to
-        produce it with."""
+        produce it with; the future raises :class:`TimeoutError` if ``timeout_s`` passes first
+        (:func:`ferry.deadlines.time_out`: no timer of its own)."""
         loop = asyncio.get_running_loop()
         acked: asyncio.Future[Acked] = loop.create_future()
+        if timeout_s is not None:
+            time_out(acked, timeout_s)
 
         def settle(err: KafkaError | None, partition: int, offset: int) -> None:
             if not acked.done():

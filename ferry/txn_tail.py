@@ -29,6 +29,7 @@ from typing import Any
 from confluent_kafka import OFFSET_END, KafkaError, TopicPartition
 
 from ferry import kafka, log
+from ferry.deadlines import time_out
 
 _log = log.get_logger(__name__)
 MAX_TRANSACTIONS = 50_000
@@ -182,7 +183,7 @@ class TxnTail:
                 self._waiters.append((partition, need, loop, fut))
         if not ready:
             try:
-                await asyncio.wait_for(fut, wait_s)
+                await time_out(fut, wait_s)
             except TimeoutError:
                 with self._cond:
                     self._waiters = [w for w in self._waiters if w[3] is not fut]

@@ -36,6 +36,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from ferry import kafka, txn
 from ferry.clock import now_ms
+from ferry.deadlines import time_out
 from ferry.errors import FerryError
 from ferry.served_producer import Acked, OnDelivery, ServedProducer
 from ferry.txn_tail import TxnTail
@@ -235,24 +236,45 @@ class TxnLog:
         before = await self._entries_async(txn_id, at - 1)
         return _fold(me, [*before, stored])
 
-    def append_soon(self, txn_id: TxnId, entry: Mapping[str, Any]) -> asyncio.Task[int]:
+    def append_soon(self, txn_id: TxnId, entry: Mapping[str, Any]) -> asyncio.Future[int]:
         """:meth:`append_async` for a caller that need not wait: the entry is queued in the producer
-        before this returns (a graceful close flushes it), and the task gives its offset."""
+        before this returns (a graceful close flushes it), and the future gives its offset (or
+        :class:`TxnLogError`)."""
         acked, size = self._queue(txn_id.partition, str(txn_id).encode(), {**entry, "id": str(txn_id)})
-        return asyncio.ensure_future(self._acknowledgement(acked, size))
+        logged: asyncio.Future[int] = acked.get_loop().create_future()
+
+        def settle(_: asyncio.Future[Acked]) -> None:
+            if acked.cancelled():
+                logged.cancel()
+                return
+            try:
+                logged.set_result(self._offset(acked, size))
+            except TxnLogError as exc:
+                logged.set_exception(exc)
+
+        acked.add_done_callback(settle)
+        return logged
 
     async def _produce_async(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> int:
         acked, size = self._queue(partition, key, entry)
         return await self._acknowledgement(acked, size)
 
     def _queue(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> tuple[asyncio.Future[Acked], int]:
-        """Queue an entry in the producer; the future of its acknowledgement, and its size."""
-        acked, on_delivery = self._served.acknowledgement()
+        """Queue an entry in the producer; the future of its acknowledgement (which times out after
+        ``timeout_s``), and its size."""
+        acked, on_delivery = self._served.acknowledgement(self.timeout_s)
         return acked, len(self._send(partition, key, entry, on_delivery))
 
     async def _acknowledgement(self, acked: asyncio.Future[Acked], size: int) -> int:
+        with contextlib.suppress(TimeoutError):  # _offset says so
+            await acked
+        return self._offset(acked, size)
+
+    def _offset(self, acked: asyncio.Future[Acked], size: int) -> int:
+        """The offset an acknowledged entry got; raises :class:`TxnLogError` for a failure or
+        when ``acked`` timed out."""
         try:
-            err, _, offset = await asyncio.wait_for(acked, self.timeout_s)
+            err, _, offset = acked.result()
         except TimeoutError:
             raise TxnLogError(
                 f"the transaction log {self.topic!r} did not acknowledge within {self.timeout_s:g} s"
@@ -329,8 +351,8 @@ class TxnLog:
                 except BufferError:
                     await asyncio.sleep(0.01)  # the poll thread drains the queue
         if records:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(all_in), timeout_s)
+            with contextlib.suppress(TimeoutError):  # then some results are missing: raised below
+                await time_out(all_in, timeout_s)
         return _all_acknowledged(txn_id, results)
 
     # --- reading ----------------------------------------------------------------------------

@@ -55,6 +55,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from ferry import kafka, log
 from ferry.clock import now_ms
+from ferry.deadlines import time_out
 from ferry.errors import FerryError
 from ferry.gateway.producer import PRODUCER_LOST
 from ferry.served_producer import ServedProducer
@@ -299,7 +300,7 @@ class Idempotency:
         )
         if self._fatal is not None:
             self._replace_producer()
-        acked, on_delivery = self._served.acknowledgement()
+        acked, on_delivery = self._served.acknowledgement(max(0.0, deadline - time.monotonic()))
         try:
             self._served.producer.produce(self.topic, key=kkey, value=value, on_delivery=on_delivery)
         except (BufferError, KafkaException) as exc:
@@ -310,7 +311,7 @@ class Idempotency:
                 f"cannot write to {self.topic!r}: {err.str() if isinstance(err, KafkaError) else exc}"
             ) from None
         try:
-            err, partition, offset = await asyncio.wait_for(acked, max(0.0, deadline - time.monotonic()))
+            err, partition, offset = await acked
         except TimeoutError:
             raise FerryError(f"Kafka did not acknowledge a write to {self.topic!r} in time") from None
         if err is not None:
@@ -341,7 +342,7 @@ class Idempotency:
         entry = (partition, offset, waiter)
         self._waiters.append(entry)
         try:
-            await asyncio.wait_for(waiter, max(0.0, deadline - time.monotonic()))
+            await time_out(waiter, max(0.0, deadline - time.monotonic()))
         except TimeoutError:
             raise KeyUnavailable("the gateway could not read the key's claim back in time") from None
         finally:

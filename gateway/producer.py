@@ -45,6 +45,7 @@ from typing import Any, cast
 from confluent_kafka import KafkaError, KafkaException
 
 from ferry import kafka, log
+from ferry.deadlines import Deadlines
 from ferry.errors import FerryError
 from ferry.gateway import acks
 from ferry.gateway.records import Outgoing
@@ -131,8 +132,7 @@ class Producer:
         self._down_since: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._done: list[acks.Acks] = []  # requests settled, not yet handed to the loop
-        self._watched: list[tuple[float, acks.Acks]] = []  # (deadline, request) waiting; loop thread
-        self._sweeping = False
+        self._deadlines: Deadlines[acks.Acks] | None = None  # requests waiting; loop thread
         self._pending, self._take = acks.implementation()
         self.native_acks = self._pending is not acks.Pending  # for the start log line
         self._stop = threading.Event()
@@ -217,27 +217,10 @@ class Producer:
     def watch(self, pending: acks.Acks, deadline: float) -> None:
         """(Loop thread.) Expire ``pending`` at ``deadline`` (``time.monotonic()``) unless it is
         settled by then; costs a list append (the sweep drops it once settled)."""
-        assert self._loop is not None
-        self._watched.append((deadline, pending))
-        if not self._sweeping:
-            self._sweeping = True
-            self._loop.call_later(SWEEP_S, self._sweep)
-
-    def _sweep(self) -> None:
-        now = time.monotonic()
-        waiting = []
-        for deadline, pending in self._watched:
-            if pending.fut.done():
-                continue
-            if deadline <= now:
-                self.expire(pending)
-            else:
-                waiting.append((deadline, pending))
-        self._watched = waiting
-        if waiting and self._loop is not None:
-            self._loop.call_later(SWEEP_S, self._sweep)
-        else:
-            self._sweeping = False
+        assert self._loop is not None, "Producer.start() was not called"
+        if self._deadlines is None:
+            self._deadlines = Deadlines(self._loop, _settled, self.expire, SWEEP_S)
+        self._deadlines.watch(pending, deadline)
 
     def expire(self, pending: acks.Acks) -> None:
         """(Loop thread, at a request's deadline.) Resolve its future to None:
@@ -385,3 +368,7 @@ class Producer:
             if self._down_since is None:
                 _log.warning("gateway.kafka_down", error=err.str())
             self._down_since = time.monotonic()
+
+
+def _settled(pending: acks.Acks) -> bool:
+    return bool(pending.fut.done())
