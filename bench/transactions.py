@@ -46,6 +46,8 @@ from ferry.devstack import embedded
 
 TOKEN = "bench-token"
 TOPIC = "bench.txn"
+CHECK_URL = "http://127.0.0.1:9/check"
+"""Never asked: every prepare's timeout outlasts the run."""
 
 
 def pct(values: list[float], q: float) -> float:
@@ -55,13 +57,15 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] * 1000
 
 
-async def run(port: int, kind: str, per: int, seconds: float, concurrency: int) -> dict[str, Any]:
+async def run(
+    port: int, kind: str, per: int, seconds: float, concurrency: int, check_url: str = CHECK_URL
+) -> dict[str, Any]:
     records = [{"key": f"k{i}", "value": {"n": i, "pad": "x" * 80}} for i in range(per)]
     body_produce = orjson.dumps({"records": records})
     body_prepare = orjson.dumps(
         {
             "records": [{"topic": TOPIC, **r} for r in records],
-            "check_url": "http://127.0.0.1:9/check",
+            "check_url": check_url,
             "timeout_ms": 600_000,
         }
     )
@@ -127,14 +131,16 @@ def fresh_stack(work: Path, db_url: str) -> Iterator[tuple[int, embedded.Service
             gateway.stop()
 
 
-def measured(work: Path, db_url: str, kind: str, per: int, seconds: float, level: int) -> dict[str, Any]:
+def measured(
+    work: Path, db_url: str, kind: str, per: int, seconds: float, level: int, check_url: str = CHECK_URL
+) -> dict[str, Any]:
     """One run on a fresh broker and gateway (after a 2 s warm-up), with the CPU each process spent
     per operation."""
     with fresh_stack(work, db_url) as (port, gateway, broker):
-        uvloop.run(run(port, kind, per, 2, level))  # warm-up
+        uvloop.run(run(port, kind, per, 2, level, check_url))  # warm-up
         assert gateway.proc is not None and broker.proc is not None
         cpu0, broker0, client0 = cpu_seconds(gateway.proc.pid), cpu_seconds(broker.proc.pid), time.process_time()
-        r = uvloop.run(run(port, kind, per, seconds, level))
+        r = uvloop.run(run(port, kind, per, seconds, level, check_url))
         ops = max(1, len(r["steps"]["total"]))
         r["cpu_ms_per_op"] = 1000 * (cpu_seconds(gateway.proc.pid) - cpu0) / ops
         r["broker_ms_per_op"] = 1000 * (cpu_seconds(broker.proc.pid) - broker0) / ops
@@ -147,6 +153,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--concurrency", default="32,128,256", help="requests in flight, tried per row")
+    ap.add_argument(
+        "--check-url",
+        default=CHECK_URL,
+        help="the prepares' check_url (a host name, e.g. http://localhost:9/check, is resolved as a producer's is)",
+    )
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ferry-bench-txn-"))
     try:
@@ -161,7 +172,7 @@ def main() -> None:
             for kind in ("produce", "txn"):
                 best: dict[str, Any] | None = None
                 for level in levels:
-                    r = measured(work, db_url, kind, per, a.seconds, level)
+                    r = measured(work, db_url, kind, per, a.seconds, level, a.check_url)
                     sweep.append((kind, per, level, r["ops"]))
                     if best is None or r["ops"] > best["ops"]:
                         best = r
@@ -238,7 +249,7 @@ def main() -> None:
             ],
             f"one gateway, each row the best of {'/'.join(map(str, levels))} in flight (transactions: "
             f"{by[('txn', 1)]['in_flight']} and {by[('txn', 10)]['in_flight']}), {a.seconds:g} s per run, each on a "
-            "fresh broker and gateway",
+            f"fresh broker and gateway; prepares name check_url {a.check_url}",
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)

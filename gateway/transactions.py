@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +47,9 @@ FINISH_WAIT_S = 10.0
 """How long a commit waits for another writer's ``committed`` before it writes the records itself
 (less than the back-check's grace, so a producer retrying a commit is answered first)."""
 FINISH_POLL_S = 0.2
+CHECKED_FOR_S = 60.0
+"""How long a ``check_url`` that passed the check is taken again without checking (:class:`CheckedUrls`)."""
+CHECKED_URLS = 4096
 
 
 class Transactions:
@@ -53,23 +57,14 @@ class Transactions:
         self.log = log
         self._write = write
         self._policy = policy
-        self._logging: set[asyncio.Task[int]] = set()  # `committed` entries not yet acknowledged
+        self._logging: set[asyncio.Future[int]] = set()  # `committed` entries not yet acknowledged
+        self._checked = CheckedUrls()
 
     async def prepare(self, records: list[Outgoing], check_url: Any, timeout_ms: Any) -> dict[str, Any]:
         """Store a prepared transaction of already validated ``records``."""
-        check_url = netguard.http_url(
-            check_url,
-            "check_url",
-            "Ferry asks whether to commit a transaction left undecided",
-            "the check is sent without them (put a secret the check endpoint needs in its path)",
-        )
-        try:
-            if literal_address(urlsplit(check_url).hostname or "") is not None:
-                self._policy.check_url(check_url)  # nothing to resolve: no thread
-            else:
-                await asyncio.to_thread(self._policy.check_url, check_url)
-        except EndpointRefused as exc:  # the policy's refusal says which rule and what to change
-            raise ValidationError("check_url", str(exc)) from None
+        if not self._checked.fresh(check_url):
+            check_url = await self._check_url(check_url)
+            self._checked.add(check_url)
         if timeout_ms is None:
             timeout_ms = txn.DEFAULT_TIMEOUT_MS
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 < timeout_ms <= MAX_TIMEOUT_MS:
@@ -82,6 +77,24 @@ class Transactions:
         }
         txn_id = await self.log.prepare_async(entry)
         return {"id": str(txn_id), "state": "prepared"}
+
+    async def _check_url(self, value: Any) -> str:
+        """``check_url`` if it is a URL Ferry may send the back-check to (400 ``check_url`` if not):
+        its form, then the SSRF policy on the addresses its host resolves to."""
+        check_url = netguard.http_url(
+            value,
+            "check_url",
+            "Ferry asks whether to commit a transaction left undecided",
+            "the check is sent without them (put a secret the check endpoint needs in its path)",
+        )
+        try:
+            if literal_address(urlsplit(check_url).hostname or "") is not None:
+                self._policy.check_url(check_url)  # nothing to resolve: no thread
+            else:
+                await asyncio.to_thread(self._policy.check_url, check_url)
+        except EndpointRefused as exc:  # the policy's refusal says which rule and what to change
+            raise ValidationError("check_url", str(exc)) from None
+        return check_url
 
     async def get(self, raw_id: str, may_write: MayWrite) -> dict[str, Any]:
         tid = _parse(raw_id)
@@ -120,7 +133,7 @@ class Transactions:
         logged.add_done_callback(self._committed_logged)
         return {"id": raw_id, "state": "committed", "results": results}
 
-    def _committed_logged(self, logged: asyncio.Task[int]) -> None:
+    def _committed_logged(self, logged: asyncio.Future[int]) -> None:
         self._logging.discard(logged)
         if not logged.cancelled() and logged.exception() is not None:
             _log.warning("txn.committed_not_logged", error=str(logged.exception()))
@@ -147,6 +160,37 @@ class Transactions:
             state, _ = await self.log.decide_async(tid, {"kind": "rollback", "reason": "producer"})
             txn.decide(state, "rollback", raw_id)  # raises Conflict when a commit was logged first
         return {"id": raw_id, "state": "rolled_back"}
+
+
+class CheckedUrls:
+    """The ``check_url`` values that passed the check lately: a producer sends the same one with
+    every prepare, and checking it again would resolve its host (a thread and a DNS look-up) per
+    transaction. Only passes are kept, for :data:`CHECKED_FOR_S` each, at most
+    :data:`CHECKED_URLS` of them (oldest out). Whoever sends the back-check resolves the host and
+    applies the SSRF policy again at that time, so a URL that became a refused target since its
+    prepare is never asked."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._at: OrderedDict[str, float] = OrderedDict()
+
+    def fresh(self, url: Any) -> bool:
+        """Whether ``url`` passed the check less than :data:`CHECKED_FOR_S` ago."""
+        if not isinstance(url, str):
+            return False
+        at = self._at.get(url)
+        if at is None:
+            return False
+        if self._clock() - at >= CHECKED_FOR_S:
+            del self._at[url]
+            return False
+        return True
+
+    def add(self, url: str) -> None:
+        self._at[url] = self._clock()
+        self._at.move_to_end(url)
+        while len(self._at) > CHECKED_URLS:
+            self._at.popitem(last=False)
 
 
 def _parse(raw_id: str) -> TxnId:
