@@ -313,8 +313,8 @@ class GatewaySettings:
     txn_linger_ms: int = setting("FERRY_TXN_LINGER_MS", 0)
     """How long the transaction log's producer (a transaction's entries, and its records at commit)
     waits to fill a batch. A transaction is three writes in a row, each waiting this long: with 0,
-    one client at a time did 2.2× the transactions/s of 1 ms; 32 clients did 4–15 % fewer, and 256
-    did 7–13 % fewer (two interleaved pairs, bench/transactions.py's client)."""
+    one client at a time did 2.2× the transactions/s of 1 ms, and 256 clients 4–5 % more (two
+    interleaved pairs, bench/transactions.py's client)."""
     txn_max_checks: int = setting("FERRY_TXN_MAX_CHECKS", 15)
     """Back-checks of a transaction answered unknown before it is rolled back."""
 
