@@ -34,13 +34,14 @@ from typing import Any, cast
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
-from ferry import kafka, txn
+from ferry import kafka, log, txn
 from ferry.clock import now_ms
 from ferry.deadlines import time_out
 from ferry.errors import FerryError
 from ferry.served_producer import Acked, OnDelivery, ServedProducer
 from ferry.txn_tail import TxnTail
 
+_log = log.get_logger(__name__)
 DEFAULT_TOPIC = "__ferry_txn"
 PARTITIONS = 9
 READERS = 8
@@ -54,6 +55,9 @@ OWN_BYTES = 16 * 1024 * 1024
 replicas keeps its prepares until they are evicted. An evicted one costs its commit a wait for the
 view, nothing else."""
 RETENTION_MS = 7 * 24 * 3600 * 1000  # far beyond the longest life of a transaction (timeout + checks)
+RECOUNT_S = 5.0
+"""How often at most an id naming a partition this process has not seen makes it count the log's
+partitions again (an operator added some, and a replica started since prepares there)."""
 _ID = re.compile(r"(\d{1,6})\.(\d{1,19})\.([0-9a-f]{16})")
 
 
@@ -153,7 +157,9 @@ class TxnLog:
         self._readers: queue.SimpleQueue[Consumer] = queue.SimpleQueue()
         self._made = threading.Semaphore(READERS)
         self._all_readers: list[Consumer] = []
-        self._partitions: int | None = None
+        self._partitions: int | None = None  # where this process prepares, and its live view follows
+        self._readable = 0  # partitions the log was last seen to have (it may have grown since start)
+        self._counted_at = 0.0  # time.monotonic() of the last count
         self._ensured = threading.Lock()
 
     def ensure(self) -> int:
@@ -164,9 +170,34 @@ class TxnLog:
             raise TxnLogError(f"transaction log topic {self.topic!r} has no partitions after creating it")
         with self._ensured:
             self._partitions = counts[self.topic]
+            self._readable = max(self._readable, self._partitions)
+            self._counted_at = time.monotonic()
             if self._follow and self._tail is None:
                 self._tail = TxnTail(self._config, self.topic, self._partitions, self._follow_wait_ms)
         return self._partitions
+
+    def in_log(self, txn_id: TxnId) -> bool:
+        """Blocking: whether the log has the id's partition. An id naming a partition beyond the
+        count this process learnt makes it count again (at most every :data:`RECOUNT_S`): the
+        log may have grown since, and another replica prepared there. An id naming one the log
+        does not have (made up, or from a log with more partitions) names no transaction: reading
+        a partition that does not exist would only wait for its end until the deadline."""
+        if self._partitions is None:
+            self.ensure()
+        if txn_id.partition < self._readable:
+            return True
+        if time.monotonic() - self._counted_at < RECOUNT_S:
+            return False
+        self._counted_at = time.monotonic()
+        try:
+            counts = kafka.partition_counts(self._config, [self.topic])
+        except kafka.KafkaUnavailable as exc:
+            raise TxnLogError(f"cannot count the partitions of the transaction log {self.topic!r}: {exc}") from None
+        if counts.get(self.topic, 0) > self._readable:
+            _log.info("txn_log.partitions_grew", topic=self.topic, was=self._readable, now=counts[self.topic])
+            # Read there from now on; prepares stay where the live view follows (until a restart).
+            self._readable = counts[self.topic]
+        return txn_id.partition < self._readable
 
     def close(self) -> None:
         if self._tail is not None:
@@ -383,7 +414,7 @@ class TxnLog:
         me = str(txn_id)
         if self._follow and self._tail is None:
             self.ensure()  # a replica that only commits starts its view on its first read
-        if not _in_log(txn_id, self._partitions if self._partitions is not None else self.ensure()):
+        if not self.in_log(txn_id):
             return None, None
         if self._tail is not None and (up_to is not None or recent):
             raw = self._tail.entries(txn_id.partition, txn_id.offset, me, up_to, wait_s=self.timeout_s / 2)
@@ -442,8 +473,9 @@ class TxnLog:
         me = str(txn_id)
         if self._follow and self._tail is None:
             await asyncio.to_thread(self.ensure)  # a replica that only commits starts its view on its first read
-        partitions = self._partitions if self._partitions is not None else await asyncio.to_thread(self.ensure)
-        if not _in_log(txn_id, partitions):
+        if self._partitions is None:
+            await asyncio.to_thread(self.ensure)
+        if txn_id.partition >= self._readable and not await asyncio.to_thread(self.in_log, txn_id):
             return []
         kept = self._own.get(me) if recent else None
         if kept is not None and self._tail is not None:
@@ -458,13 +490,6 @@ class TxnLog:
             if raw is not None:
                 return [e for e in map(_decode, raw) if e is not None]
         return await asyncio.to_thread(self._read_entries, txn_id, up_to)  # the view already had its wait
-
-
-def _in_log(txn_id: TxnId, partitions: int) -> bool:
-    """Whether the log has the id's partition. An id naming another (made up, or from a log with
-    more partitions) names no transaction here: reading a partition that does not exist would only
-    wait for its end until the deadline."""
-    return txn_id.partition < partitions
 
 
 def _decode(value: bytes) -> dict[str, Any] | None:

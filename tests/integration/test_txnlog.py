@@ -65,6 +65,38 @@ def test_unknown_ids(log: TxnLog) -> None:
         assert time.monotonic() - started < 1.0
 
 
+def test_a_replica_that_learnt_fewer_partitions_finds_a_transaction_in_a_newer_one(
+    log: TxnLog, kafka_bootstrap: str
+) -> None:
+    """An operator added partitions to the log; a replica started since prepared in one of them.
+    A replica that counted before the log grew (here: told it has 4 of 9) counts again on such an
+    id, instead of answering 404 for a transaction that exists, and keeps preparing where its view
+    follows."""
+    writer = TxnLog({"bootstrap.servers": kafka_bootstrap}, topic=log.topic)
+    writer.ensure()
+    try:
+        ids = [writer.prepare({"records": [], "check_url": "http://x/c", "timeout_ms": 1000}) for _ in range(60)]
+        beyond = next(i for i in ids if i.partition >= 4)
+        behind = TxnLog({"bootstrap.servers": kafka_bootstrap}, topic=log.topic)
+        behind.ensure()
+        behind._partitions = behind._readable = 4  # as counted before the log grew
+        behind._counted_at = 0.0
+        try:
+            state, _ = behind.read(beyond)
+            assert state is not None and state.state == "prepared"
+            assert asyncio.run(behind.read_async(beyond)) == behind.read(beyond)
+            # Prepares stay on the partitions it started with; a made-up partition stays unknown
+            # (counted again at most every RECOUNT_S, so it is answered at once).
+            assert all(behind.prepare({"records": [], "check_url": "http://x/c"}).partition < 4 for _ in range(20))
+            started = time.monotonic()
+            assert behind.read(TxnId(99, 0, "0123456789abcdef")) == (None, None)
+            assert time.monotonic() - started < 1.0
+        finally:
+            behind.close()
+    finally:
+        writer.close()
+
+
 def test_the_live_view_answers_for_what_it_saw_and_defers_the_rest(
     kafka_bootstrap: str, topic_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
