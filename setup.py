@@ -1,5 +1,5 @@
 """Optional C speedups for per-record hot paths of the worker (worker/native.py says which and why)
-and of the gateway (gateway/acks.py).
+and of the gateway (gateway/acks.py, gateway/records.py).
 
 Everything else is in pyproject.toml. Each extension is ``optional``: without a C compiler the
 install still succeeds and the pure-Python path runs (the ``worker.starting`` and
@@ -14,5 +14,6 @@ setup(
         Extension("ferry.worker._records", ["worker/_records.c"], optional=True),
         Extension("ferry.worker._encode", ["worker/_encode.c"], depends=["worker/_json_check.h"], optional=True),
         Extension("ferry.gateway._acks", ["gateway/_acks.c"], optional=True),
+        Extension("ferry.gateway._plain", ["gateway/_plain.c"], optional=True),
     ]
 )

@@ -16,12 +16,13 @@ import base64
 import binascii
 import codecs
 import json
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, cast
 
 import orjson
 
-from ferry import delay
+from ferry import delay, native
 from ferry.digits import ascii_digits
 from ferry.errors import ValidationError
 
@@ -65,6 +66,21 @@ class Refused:
 
     def result(self) -> dict[str, str]:
         return {"error": self.error, "field": self.field}
+
+
+def _plain_twin() -> Callable[[list[Any], str], tuple[list[Outgoing | None], int]] | None:
+    """The C twin of :func:`parse_request`'s plain-record branch (``gateway/_plain.c``), set up for
+    :class:`Outgoing`; None when it is not built or ``FERRY_NATIVE=0``."""
+    c = native.load("ferry.gateway._plain")
+    if c is None:
+        return None
+    c.setup(Outgoing, tuple(f.name for f in fields(Outgoing)), orjson.dumps, orjson.JSONEncodeError)
+    return cast(Callable[[list[Any], str], tuple[list[Outgoing | None], int]], c.plain)
+
+
+_plain = _plain_twin()
+NATIVE = _plain is not None
+"""Whether plain records are made in C (the gateway's start log line says)."""
 
 
 _DIGITS_AS_ZERO = bytes(48 if 48 <= c <= 57 else 49 for c in range(256))
@@ -124,6 +140,14 @@ def parse_request(body: Any, topic: str, now_ms: int) -> list[Outgoing | Refused
         raise ValidationError("records", "must be a non-empty list of records")
     if len(records) > MAX_RECORDS:
         raise ValidationError("records", f"at most {MAX_RECORDS:,} records per request, got {len(records):,}")
+    if _plain is not None:
+        made, general = _plain(records, topic)
+        parsed = cast(list[Outgoing | Refused | None], made)
+        if general:  # the records that are not plain, or whose value nests too deep, as below
+            for i, rec in enumerate(parsed):
+                if rec is None:
+                    parsed[i] = parse_record(records[i], topic, f"records[{i}]", now_ms)
+        return cast(list[Outgoing | Refused], parsed)
     out: list[Outgoing | Refused] = []
     append = out.append
     for i, raw in enumerate(records):
@@ -132,8 +156,13 @@ def parse_request(body: Any, topic: str, now_ms: int) -> list[Outgoing | Refused
         if type(raw) is dict and raw.keys() <= _PLAIN_FIELDS:
             key = raw.get("key")
             if key is None or type(key) is str:
-                append(Outgoing(topic, None if key is None else key.encode(), json_value(raw.get("value")), []))
-                continue
+                try:
+                    value = json_value(raw.get("value"))
+                except orjson.JSONEncodeError:  # nested too deep: refused below, with its field
+                    pass
+                else:
+                    append(Outgoing(topic, None if key is None else key.encode(), value, []))
+                    continue
         append(parse_record(raw, topic, f"records[{i}]", now_ms))
     return out
 
@@ -157,7 +186,16 @@ def _record(raw: Any, topic: str, path: str, now_ms: int) -> Outgoing:
         raise ValidationError(f"{path}.key", "must be a string or null")
     if "value" in raw and "value_b64" in raw:
         raise ValidationError(f"{path}.value_b64", "give value or value_b64, not both")
-    value = _b64(raw["value_b64"], f"{path}.value_b64") if "value_b64" in raw else json_value(raw.get("value"))
+    value: bytes | None
+    if "value_b64" in raw:
+        value = _b64(raw["value_b64"], f"{path}.value_b64")
+    else:
+        try:
+            value = json_value(raw.get("value"))
+        except orjson.JSONEncodeError:  # orjson writes at most 255 levels; its reader takes more
+            raise ValidationError(
+                f"{path}.value", "nests deeper than 255 levels; flatten it, or send its bytes as value_b64"
+            ) from None
     headers = parse_headers(raw.get("headers"), f"{path}.headers")
     partition = raw.get("partition")
     if partition is not None and (isinstance(partition, bool) or not isinstance(partition, int) or partition < 0):

@@ -19,6 +19,7 @@ from typing import Any
 
 from ferry import db, health, log, runtime
 from ferry.config import Settings
+from ferry.gateway import records
 from ferry.gateway.app import Gateway, create_handler, create_refusal
 from ferry.gateway.httpd import Server
 from ferry.gateway.idempotency import Idempotency
@@ -106,7 +107,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
                 exc, "FERRY_GATEWAY_HOST", host, "FERRY_GATEWAY_PORT", settings.gateway.port
             ) from None
         url = f"http://{host}:{port}"
-        native = {"_acks": gw.producer.native_acks}
+        native = {"_acks": gw.producer.native_acks, "_plain": records.NATIVE}
         _log.info("gateway.listening", host=host, port=port, url=url, native=native)
         if ready is not None:
             ready.set()

@@ -186,6 +186,7 @@ def test_the_seeds_batch_route(gateway: ServiceProcess, kafka_bootstrap: str, db
         ({"delay_ms": 5, "deliver_at": 1}, "records[1].deliver_at"),
         ({"colour": "red"}, "records[1].colour"),
         ("not an object", "records[1]"),
+        ({"value": json.loads("[" * 300 + "]" * 300)}, "records[1].value"),  # read, not writable back
     ],
 )
 def test_a_bad_record_is_refused_alone(

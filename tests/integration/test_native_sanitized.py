@@ -1,8 +1,8 @@
 """The C twins under AddressSanitizer and UBSan: built once with the sanitizers into a copy of the
-checkout, they run their differential tests (tests/unit/test_native_*.py, test_gateway_acks.py)
-and then replay a corpus that coverage-guided fuzzing (atheris, tests/support/fuzz_native.py)
-found against the Python references. A memory error, undefined behaviour or a difference from the
-reference fails the test with the sanitizer's report."""
+checkout, they run their differential tests (tests/unit/test_native_*.py, test_gateway_acks.py,
+test_gateway_plain.py) and then replay a corpus that coverage-guided fuzzing (atheris,
+tests/support/fuzz_native.py) found against the Python references. A memory error, undefined
+behaviour or a difference from the reference fails the test with the sanitizer's report."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_the_c_twins_under_asan_and_ubsan(tmp_path: Path) -> None:
     built = _run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], src, env, 300)
     assert built.returncode == 0, built.stderr[-3000:]
     # The extensions are optional: a failed build must not pass unseen.
-    for folder, name in (("worker", "_records"), ("worker", "_encode"), ("gateway", "_acks")):
+    for folder, name in (("worker", "_records"), ("worker", "_encode"), ("gateway", "_acks"), ("gateway", "_plain")):
         so = next((src / folder).glob(f"{name}.*.so"), None)
         assert so is not None, f"{name} was not built:\n{built.stderr[-3000:]}"
         assert "__asan" in _run(["nm", "-D", str(so)], src, env, 30).stdout, f"{so} is not instrumented"
@@ -77,6 +77,8 @@ def test_the_c_twins_under_asan_and_ubsan(tmp_path: Path) -> None:
         "tests/unit/test_native_encode.py",
         "tests/unit/test_native_records.py",
         "tests/unit/test_gateway_acks.py",
+        "tests/unit/test_gateway_plain.py",
+        "tests/unit/test_gateway_records.py",
     ]
     ran = _run(tests, src, sanitized, 600)
     assert ran.returncode == 0 and " passed" in ran.stdout, ran.stdout[-3000:] + ran.stderr[-3000:]

@@ -1,0 +1,202 @@
+/* A produce request's plain records, made in one pass: the C twin of the common-record branch of
+ * gateway/records.py's parse_request.
+ *
+ * At 100 records per request the gateway's event loop is its limit, and making each record's
+ * Outgoing in Python (the checks, key.encode(), the value's JSON text, the dataclass's __init__,
+ * then freeing it all) was a fifth of its time. Here each plain record costs its two byte strings,
+ * its (empty) headers list and the Outgoing object, whose slots are filled directly.
+ *
+ * setup(outgoing, fields, dumps, encode_error)
+ *     once, before plain(): the Outgoing dataclass (slots=True), its field names in order (they
+ *     must be topic, key, value, headers, partition, due_ms, each a slot), orjson.dumps and the
+ *     error it raises for a value it cannot write (orjson.JSONEncodeError).
+ * plain(records, topic) -> (out, general)
+ *     records: the request's list. out[i] is record i's Outgoing when it is plain — a dict holding
+ *     at most "key" (a str or null) and "value" (anything) — else None, left to the general path
+ *     (which refuses or makes it): so is a plain record whose value dumps refuses (nested too
+ *     deep), so that it is refused there with its field. general: how many are None.
+ *
+ * The result must equal parse_request's Python branch on every input
+ * (tests/unit/test_gateway_plain.py, also under ASan/UBSan in tests/integration/test_native_sanitized.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#define FIELDS 6
+static const char *const NAMES[FIELDS] = {"topic", "key", "value", "headers", "partition", "due_ms"};
+enum { TOPIC, KEY, VALUE, HEADERS, PARTITION, DUE_MS };
+
+static PyTypeObject *outgoing;   /* the Outgoing type, once set up */
+static Py_ssize_t offsets[FIELDS];
+static PyObject *dumps, *encode_error;
+
+static PyObject *
+setup(PyObject *self, PyObject *args)
+{
+    PyObject *type, *fields, *dumps_fn, *error;
+    Py_ssize_t offs[FIELDS];
+    if (!PyArg_ParseTuple(args, "O!O!OO", &PyType_Type, &type, &PyTuple_Type, &fields, &dumps_fn, &error))
+        return NULL;
+    if (PyTuple_GET_SIZE(fields) != FIELDS) {
+        PyErr_SetString(PyExc_ValueError, "Outgoing must have the fields topic, key, value, headers, partition, due_ms");
+        return NULL;
+    }
+    for (int i = 0; i < FIELDS; i++) {
+        PyObject *name = PyTuple_GET_ITEM(fields, i);
+        if (!PyUnicode_Check(name) || PyUnicode_CompareWithASCIIString(name, NAMES[i]) != 0) {
+            PyErr_Format(PyExc_ValueError, "Outgoing's field %d must be %s", i, NAMES[i]);
+            return NULL;
+        }
+        PyObject *descr = PyObject_GetAttrString(type, NAMES[i]);
+        if (descr == NULL)
+            return NULL;
+        int is_slot = Py_IS_TYPE(descr, &PyMemberDescr_Type)
+                      && ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+        if (is_slot)
+            offs[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_DECREF(descr);
+        if (!is_slot) {
+            PyErr_Format(PyExc_ValueError, "Outgoing.%s must be a slot (a dataclass with slots=True)", NAMES[i]);
+            return NULL;
+        }
+    }
+    if (!PyCallable_Check(dumps_fn) || !PyExceptionClass_Check(error)) {
+        PyErr_SetString(PyExc_TypeError, "setup() takes orjson.dumps and orjson.JSONEncodeError");
+        return NULL;
+    }
+    Py_INCREF(type);
+    Py_INCREF(dumps_fn);
+    Py_INCREF(error);
+    Py_XSETREF(outgoing, (PyTypeObject *)type);
+    Py_XSETREF(dumps, dumps_fn);
+    Py_XSETREF(encode_error, error);
+    memcpy(offsets, offs, sizeof offsets);
+    Py_RETURN_NONE;
+}
+
+/* Set a slot of a new Outgoing: steals `value`. */
+static inline void
+put(PyObject *o, int field, PyObject *value)
+{
+    *(PyObject **)((char *)o + offsets[field]) = value;
+}
+
+/* Record `raw` as an Outgoing (new reference), Py_None (new reference) when it is not plain, or
+ * NULL with an exception set. */
+static PyObject *
+make(PyObject *raw, PyObject *topic)
+{
+    PyObject *k, *v, *key = NULL, *value = NULL;
+    Py_ssize_t pos = 0;
+    if (!PyDict_CheckExact(raw))
+        Py_RETURN_NONE;
+    while (PyDict_Next(raw, &pos, &k, &v)) {
+        if (!PyUnicode_Check(k))
+            Py_RETURN_NONE;
+        if (PyUnicode_CompareWithASCIIString(k, "key") == 0)
+            key = v;
+        else if (PyUnicode_CompareWithASCIIString(k, "value") == 0)
+            value = v;
+        else
+            Py_RETURN_NONE;
+    }
+    if (key == Py_None)
+        key = NULL;
+    if (key != NULL && !PyUnicode_CheckExact(key))
+        Py_RETURN_NONE;
+
+    PyObject *key_bytes = Py_None, *value_bytes = Py_None, *headers = NULL, *o = NULL;
+    Py_INCREF(Py_None);
+    Py_INCREF(Py_None);
+    if (key != NULL) {
+        Py_SETREF(key_bytes, PyUnicode_AsUTF8String(key));
+        if (key_bytes == NULL)
+            goto fail;
+    }
+    if (value != NULL && value != Py_None) {
+        Py_INCREF(value); /* dumps runs no Python code, but hold it while it runs */
+        Py_SETREF(value_bytes, PyUnicode_Check(value) ? PyUnicode_AsUTF8String(value) : PyObject_CallOneArg(dumps, value));
+        Py_DECREF(value);
+        if (value_bytes == NULL) {
+            if (PyErr_ExceptionMatches(encode_error)) {
+                PyErr_Clear(); /* the general path refuses it, naming its field */
+                Py_DECREF(key_bytes);
+                Py_RETURN_NONE;
+            }
+            goto fail;
+        }
+    }
+    headers = PyList_New(0);
+    if (headers == NULL)
+        goto fail;
+    o = outgoing->tp_alloc(outgoing, 0);
+    if (o == NULL)
+        goto fail;
+    Py_INCREF(topic);
+    put(o, TOPIC, topic);
+    put(o, KEY, key_bytes);
+    put(o, VALUE, value_bytes);
+    put(o, HEADERS, headers);
+    Py_INCREF(Py_None);
+    put(o, PARTITION, Py_None);
+    Py_INCREF(Py_None);
+    put(o, DUE_MS, Py_None);
+    return o;
+
+fail:
+    Py_XDECREF(key_bytes);
+    Py_XDECREF(value_bytes);
+    Py_XDECREF(headers);
+    return NULL;
+}
+
+static PyObject *
+plain(PyObject *self, PyObject *args)
+{
+    PyObject *records, *topic;
+    if (!PyArg_ParseTuple(args, "O!U", &PyList_Type, &records, &topic))
+        return NULL;
+    if (outgoing == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "call setup() before plain()");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records), general = 0;
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *rec, *raw;
+        if (i >= PyList_GET_SIZE(records)) { /* cannot shrink while no Python code runs: a guard */
+            rec = Py_None;
+            Py_INCREF(rec);
+        }
+        else {
+            raw = PyList_GET_ITEM(records, i);
+            Py_INCREF(raw);
+            rec = make(raw, topic);
+            Py_DECREF(raw);
+            if (rec == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+        general += rec == Py_None;
+        PyList_SET_ITEM(out, i, rec);
+    }
+    return Py_BuildValue("(Nn)", out, general);
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS, "setup(outgoing, fields, dumps, encode_error)"},
+    {"plain", plain, METH_VARARGS, "plain(records, topic) -> (out, general)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plain", NULL, -1, methods};
+
+PyMODINIT_FUNC
+PyInit__plain(void)
+{
+    return PyModule_Create(&module);
+}
