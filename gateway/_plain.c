@@ -16,6 +16,10 @@
  *     (which refuses or makes it): so is a plain record whose value dumps refuses (nested too
  *     deep), so that it is refused there with its field. general: how many are None.
  *
+ * digit_run(raw, n) -> bool
+ *     whether bytes `raw` hold n ASCII digits in a row (records.loads asks it of every body: such a
+ *     run may be an integer orjson reads inexactly), without the copy bytes.translate makes.
+ *
  * The result must equal parse_request's Python branch on every input
  * (tests/unit/test_gateway_plain.py, also under ASan/UBSan in tests/integration/test_native_sanitized.py).
  */
@@ -187,9 +191,38 @@ plain(PyObject *self, PyObject *args)
     return Py_BuildValue("(Nn)", out, general);
 }
 
+static PyObject *
+digit_run(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    Py_ssize_t n, run = 0;
+    int found = 0;
+    if (!PyArg_ParseTuple(args, "y*n", &buf, &n))
+        return NULL;
+    if (n < 1) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_ValueError, "digit_run() needs a run of at least one digit");
+        return NULL;
+    }
+    const unsigned char *p = buf.buf;
+    for (Py_ssize_t i = 0; i < buf.len; i++) {
+        if ((unsigned)(p[i] - '0') < 10u) {
+            if (++run >= n) {
+                found = 1;
+                break;
+            }
+        }
+        else
+            run = 0;
+    }
+    PyBuffer_Release(&buf);
+    return PyBool_FromLong(found);
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(outgoing, fields, dumps, encode_error)"},
     {"plain", plain, METH_VARARGS, "plain(records, topic) -> (out, general)"},
+    {"digit_run", digit_run, METH_VARARGS, "digit_run(raw, n) -> whether raw holds n ASCII digits in a row"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -102,3 +102,33 @@ def test_setup_refuses_an_outgoing_it_cannot_fill() -> None:
     with pytest.raises(ValueError, match="must be a slot"):
         c.setup(NoSlots, fields, orjson.dumps, orjson.JSONEncodeError)
     c.setup(Outgoing, fields, orjson.dumps, orjson.JSONEncodeError)  # as records.py left it
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b"1" * 18,
+        b"1" * 19,
+        b"x" + b"9" * 19 + b"x",
+        b'{"v": 123456789012345678}',  # 18
+        b'{"v": 1234567890123456789}',  # 19
+        b'{"v": 123456789.0123456789}',  # split by the point
+        b'{"v": "' + "٠١٢٣٤٥٦٧٨٩".encode() * 3 + b'"}',  # digits, not ASCII ones
+        bytes(range(256)) * 3,
+        b"0" * 18 + b"/" + b"0" * 18 + b":" + b"0" * 19,
+    ],
+)
+def test_the_digit_run_check_agrees(raw: bytes) -> None:
+    c = required("ferry.gateway._plain")
+    assert c.digit_run(raw, 19) == (rq._LONG_DIGITS in raw.translate(rq._DIGITS_AS_ZERO))
+
+
+def test_random_digit_runs_agree() -> None:
+    c = required("ferry.gateway._plain")
+    rnd = random.Random(11)
+    for _ in range(2000):
+        raw = bytes(rnd.choice(b"0123456789/:a ") for _ in range(rnd.randrange(0, 60)))
+        assert c.digit_run(raw, 19) == (rq._LONG_DIGITS in raw.translate(rq._DIGITS_AS_ZERO)), raw
+    with pytest.raises(ValueError):
+        c.digit_run(b"1", 0)
