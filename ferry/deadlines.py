@@ -19,6 +19,7 @@ import asyncio
 import time
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -38,8 +39,11 @@ class Deadlines(Generic[T]):
         expire: Callable[[T], None],
         sweep_s: float = SWEEP_S,
         clock: Callable[[], float] = time.monotonic,
+        idle: Callable[[], object] | None = None,
     ) -> None:
-        self._loop = loop
+        """``idle``: called when a sweep finds nothing left waiting."""
+        self._loop = weakref.ref(loop)
+        self._idle = idle
         self._settled = settled
         self._expire = expire
         self._sweep_s = sweep_s
@@ -56,8 +60,7 @@ class Deadlines(Generic[T]):
         then; costs a list append."""
         self._watched.append((deadline, item))
         if not self._sweeping:
-            self._sweeping = True
-            self._loop.call_later(self._sweep_s, self.sweep)
+            self._schedule()
 
     def sweep(self) -> None:
         """Drop the settled waits, expire the late ones; again in ``sweep_s`` while any wait."""
@@ -71,15 +74,23 @@ class Deadlines(Generic[T]):
             else:
                 waiting.append((deadline, item))
         self._watched = waiting
+        self._sweeping = False
         if waiting:
-            self._loop.call_later(self._sweep_s, self.sweep)
-        else:
-            self._sweeping = False
+            self._schedule()
+        elif self._idle is not None:
+            self._idle()
+
+    def _schedule(self) -> None:
+        loop = self._loop()
+        if loop is not None and not loop.is_closed():
+            self._sweeping = True
+            loop.call_later(self._sweep_s, self.sweep)
 
 
-_of_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines[asyncio.Future[Any]]] = (
-    weakref.WeakKeyDictionary()
-)
+_of_loop: dict[asyncio.AbstractEventLoop, Deadlines[asyncio.Future[Any]]] = {}
+"""The deadlines of futures, per loop. A loop's entry leaves when its sweep finds nothing waiting,
+or, for a loop closed with waits left, at the next :func:`time_out` on another loop (a test run
+makes thousands of loops: none is kept)."""
 
 
 def time_out(fut: F, timeout_s: float) -> F:
@@ -90,7 +101,9 @@ def time_out(fut: F, timeout_s: float) -> F:
     loop = fut.get_loop()
     deadlines = _of_loop.get(loop)
     if deadlines is None:
-        deadlines = _of_loop[loop] = Deadlines(loop, _done, _time_out)
+        for closed in [other for other in _of_loop if other.is_closed()]:
+            del _of_loop[closed]
+        deadlines = _of_loop[loop] = Deadlines(loop, _done, _time_out, idle=partial(_of_loop.pop, loop, None))
     deadlines.watch(fut, time.monotonic() + timeout_s)
     return fut
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,9 @@ class FakeLoop:
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         self.later.append((delay, fn))
+
+    def is_closed(self) -> bool:
+        return False
 
 
 class Wait:
@@ -115,3 +119,24 @@ def test_a_timed_out_future_nobody_awaits_logs_nothing(caplog: pytest.LogCapture
     asyncio.run(run())
     gc.collect()
     assert "never retrieved" not in caplog.text
+
+
+def test_the_registry_keeps_no_loop_alive() -> None:
+    """Every asyncio.run() makes a loop (tests make thousands): a loop whose waits are over, or
+    that closed with some left, is not kept."""
+
+    async def run(settle: bool) -> weakref.ref[asyncio.AbstractEventLoop]:
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        time_out(fut, 0.01 if settle else 60)
+        if settle:
+            await asyncio.wait([fut], timeout=5)
+            await asyncio.sleep(2 * deadlines.SWEEP_S)  # the sweep after finds nothing waiting
+        return weakref.ref(asyncio.get_running_loop())
+
+    over = asyncio.run(run(settle=True))
+    gc.collect()
+    assert over() is None
+    left = asyncio.run(run(settle=False))  # closed with a wait left: forgotten at the next loop's
+    asyncio.run(run(settle=True))
+    gc.collect()
+    assert left() is None and deadlines._of_loop == {}
