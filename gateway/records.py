@@ -8,6 +8,10 @@ A request is refused as a whole (:class:`ferry.errors.ValidationError`, 400) onl
 wrong (not an object, no ``records`` list, more than :data:`MAX_RECORDS`). A record that is wrong
 on its own is refused on its own (:class:`Refused`, with its ``records[i].…`` field) and the
 request's other records are still written: its result in the answer says why.
+
+Plain records (a key and a value, nothing else: most of them) are made in C where
+``gateway/_plain.c`` is built; this module's Python is the reference it is tested against
+(tests/unit/test_gateway_plain.py), and ``FERRY_NATIVE=0`` runs it instead.
 """
 
 from __future__ import annotations
