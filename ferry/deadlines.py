@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -42,7 +41,7 @@ class Deadlines(Generic[T]):
         idle: Callable[[], object] | None = None,
     ) -> None:
         """``idle``: called when a sweep finds nothing left waiting."""
-        self._loop = weakref.ref(loop)
+        self._loop = loop
         self._idle = idle
         self._settled = settled
         self._expire = expire
@@ -81,10 +80,9 @@ class Deadlines(Generic[T]):
             self._idle()
 
     def _schedule(self) -> None:
-        loop = self._loop()
-        if loop is not None and not loop.is_closed():
+        if not self._loop.is_closed():
             self._sweeping = True
-            loop.call_later(self._sweep_s, self.sweep)
+            self._loop.call_later(self._sweep_s, self.sweep)
 
 
 _of_loop: dict[asyncio.AbstractEventLoop, Deadlines[asyncio.Future[Any]]] = {}
