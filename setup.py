@@ -12,8 +12,18 @@ setup(
     ext_modules=[
         # worker/native.py lists them for the start log line.
         Extension("ferry.worker._records", ["worker/_records.c"], optional=True),
-        Extension("ferry.worker._encode", ["worker/_encode.c"], depends=["worker/_json_check.h"], optional=True),
+        Extension(
+            "ferry.worker._encode",
+            ["worker/_encode.c"],
+            depends=["worker/_json_check.h", "ferry/_json_bytes.h"],
+            optional=True,
+        ),
         Extension("ferry.gateway._acks", ["gateway/_acks.c"], optional=True),
-        Extension("ferry.gateway._plain", ["gateway/_plain.c"], optional=True),
+        Extension(
+            "ferry.gateway._plain",
+            ["gateway/_plain.c"],
+            depends=["gateway/_body.h", "ferry/_json_bytes.h"],
+            optional=True,
+        ),
     ]
 )

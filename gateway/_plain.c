@@ -16,6 +16,12 @@
  *     (which refuses or makes it): so is a plain record whose value dumps refuses (nested too
  *     deep), so that it is refused there with its field. general: how many are None.
  *
+ * read(raw, topic, most) -> list | None
+ *     the Outgoings of a body whose every record is plain, read straight from its bytes without
+ *     orjson.loads (gateway/_body.h says which bodies it takes); None for any other body, which
+ *     the caller reads the long way (records.loads, then parse_request): the records it makes are
+ *     the ones that way makes. most: the most records a request may hold.
+ *
  * digit_run(raw, n) -> bool
  *     whether bytes `raw` hold n ASCII digits in a row (records.loads asks it of every body: such a
  *     run may be an integer orjson reads inexactly), without the copy bytes.translate makes.
@@ -25,7 +31,11 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
+#include <string.h>
 #include <structmember.h>
+
+#include "_body.h"
 
 #define FIELDS 6
 static const char *const NAMES[FIELDS] = {"topic", "key", "value", "headers", "partition", "due_ms"};
@@ -86,6 +96,30 @@ put(PyObject *o, int field, PyObject *value)
     *(PyObject **)((char *)o + offsets[field]) = value;
 }
 
+/* A plain Outgoing to `topic` (new reference), or NULL with an exception set. Steals `key` and
+ * `value` (bytes or None) in either case. */
+static PyObject *
+new_outgoing(PyObject *topic, PyObject *key, PyObject *value)
+{
+    PyObject *headers = PyList_New(0), *o = NULL;
+    if (headers == NULL || (o = outgoing->tp_alloc(outgoing, 0)) == NULL) {
+        Py_XDECREF(headers);
+        Py_DECREF(key);
+        Py_DECREF(value);
+        return NULL;
+    }
+    Py_INCREF(topic);
+    put(o, TOPIC, topic);
+    put(o, KEY, key);
+    put(o, VALUE, value);
+    put(o, HEADERS, headers);
+    Py_INCREF(Py_None);
+    put(o, PARTITION, Py_None);
+    Py_INCREF(Py_None);
+    put(o, DUE_MS, Py_None);
+    return o;
+}
+
 /* Record `raw` as an Outgoing (new reference), Py_None (new reference) when it is not plain, or
  * NULL with an exception set. */
 static PyObject *
@@ -110,7 +144,7 @@ make(PyObject *raw, PyObject *topic)
     if (key != NULL && !PyUnicode_CheckExact(key))
         Py_RETURN_NONE;
 
-    PyObject *key_bytes = Py_None, *value_bytes = Py_None, *headers = NULL, *o = NULL;
+    PyObject *key_bytes = Py_None, *value_bytes = Py_None;
     Py_INCREF(Py_None);
     Py_INCREF(Py_None);
     if (key != NULL) {
@@ -131,27 +165,11 @@ make(PyObject *raw, PyObject *topic)
             goto fail;
         }
     }
-    headers = PyList_New(0);
-    if (headers == NULL)
-        goto fail;
-    o = outgoing->tp_alloc(outgoing, 0);
-    if (o == NULL)
-        goto fail;
-    Py_INCREF(topic);
-    put(o, TOPIC, topic);
-    put(o, KEY, key_bytes);
-    put(o, VALUE, value_bytes);
-    put(o, HEADERS, headers);
-    Py_INCREF(Py_None);
-    put(o, PARTITION, Py_None);
-    Py_INCREF(Py_None);
-    put(o, DUE_MS, Py_None);
-    return o;
+    return new_outgoing(topic, key_bytes, value_bytes);
 
 fail:
     Py_XDECREF(key_bytes);
     Py_XDECREF(value_bytes);
-    Py_XDECREF(headers);
     return NULL;
 }
 
@@ -191,6 +209,61 @@ plain(PyObject *self, PyObject *args)
     return Py_BuildValue("(Nn)", out, general);
 }
 
+/* The bytes a span of the body stands for: as they are, decoded, or compacted. */
+static PyObject *
+span_bytes(const unsigned char *p, Py_ssize_t n, int kind, int flag)
+{
+    if (!flag)
+        return PyBytes_FromStringAndSize((const char *)p, n);
+    return kind == V_JSON ? compact(p, n) : decode_string(p, n);
+}
+
+static PyObject *
+read_body(PyObject *self, PyObject *args)
+{
+    Py_buffer raw;
+    PyObject *topic, *out = NULL;
+    Py_ssize_t most;
+    if (!PyArg_ParseTuple(args, "y*Un", &raw, &topic, &most))
+        return NULL;
+    if (outgoing == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "call setup() before read()");
+        goto done;
+    }
+    body_reader reader = {raw.buf, (const unsigned char *)raw.buf + raw.len, most, 0};
+    plain_record rec;
+    if ((out = PyList_New(0)) == NULL)
+        goto done;
+    for (int got; (got = next_record(&reader, &rec)) != 0;) {
+        if (got != 1) {
+            Py_CLEAR(out);
+            if (got == NOT_PLAIN) {
+                Py_INCREF(Py_None);
+                out = Py_None;
+            }
+            goto done;
+        }
+        PyObject *key = rec.key == NULL ? (Py_INCREF(Py_None), Py_None) : span_bytes(rec.key, rec.key_len, V_STRING, rec.key_escaped);
+        PyObject *value = rec.kind == V_NONE ? (Py_INCREF(Py_None), Py_None) : span_bytes(rec.val, rec.val_len, rec.kind, rec.val_flag);
+        PyObject *o = NULL;
+        if (key != NULL && value != NULL)
+            o = new_outgoing(topic, key, value);
+        else {
+            Py_XDECREF(key);
+            Py_XDECREF(value);
+        }
+        if (o == NULL || PyList_Append(out, o) < 0) {
+            Py_XDECREF(o);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(o);
+    }
+done:
+    PyBuffer_Release(&raw);
+    return out;
+}
+
 static PyObject *
 digit_run(PyObject *self, PyObject *args)
 {
@@ -222,6 +295,7 @@ digit_run(PyObject *self, PyObject *args)
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(outgoing, fields, dumps, encode_error)"},
     {"plain", plain, METH_VARARGS, "plain(records, topic) -> (out, general)"},
+    {"read", read_body, METH_VARARGS, "read(raw, topic, most) -> the plain records of body raw, or None"},
     {"digit_run", digit_run, METH_VARARGS, "digit_run(raw, n) -> whether raw holds n ASCII digits in a row"},
     {NULL, NULL, 0, NULL},
 };

@@ -11,7 +11,9 @@ request's other records are still written: its result in the answer says why.
 
 Plain records (a key and a value, nothing else: most of them) are made in C where
 ``gateway/_plain.c`` is built; this module's Python is the reference it is tested against
-(tests/unit/test_gateway_plain.py), and ``FERRY_NATIVE=0`` runs it instead.
+(tests/unit/test_gateway_plain.py), and ``FERRY_NATIVE=0`` runs it instead. A body whose every
+record is plain is read in C straight from its bytes (:func:`read_plain`), without building its
+JSON objects first (tests/unit/test_gateway_body.py).
 """
 
 from __future__ import annotations
@@ -73,20 +75,21 @@ class Refused:
 
 
 _PlainTwin = Callable[[list[Any], str], tuple[list[Outgoing | None], int]]
+_BodyReader = Callable[[bytes, str, int], list[Outgoing | Refused] | None]
 
 
-def _twins() -> tuple[_PlainTwin | None, Callable[[bytes, int], bool] | None]:
+def _twins() -> tuple[_PlainTwin | None, _BodyReader | None, Callable[[bytes, int], bool] | None]:
     """The C twins (``gateway/_plain.c``) of :func:`parse_request`'s plain-record branch, set up for
-    :class:`Outgoing`, and of :func:`loads`' digit-run check; None when not built or
-    ``FERRY_NATIVE=0``."""
+    :class:`Outgoing`, of :func:`loads` + :func:`parse_request` for a body of plain records, and of
+    :func:`loads`' digit-run check; None when not built or ``FERRY_NATIVE=0``."""
     c = native.load("ferry.gateway._plain")
     if c is None:
-        return None, None
+        return None, None, None
     c.setup(Outgoing, tuple(f.name for f in fields(Outgoing)), orjson.dumps, orjson.JSONEncodeError)
-    return cast(_PlainTwin, c.plain), cast(Callable[[bytes, int], bool], c.digit_run)
+    return cast(_PlainTwin, c.plain), cast(_BodyReader, c.read), cast(Callable[[bytes, int], bool], c.digit_run)
 
 
-_plain, _digit_run = _twins()
+_plain, _read, _digit_run = _twins()
 NATIVE = _plain is not None
 """Whether plain records are made in C (the gateway's start log line says)."""
 
@@ -142,6 +145,15 @@ def check_topic(topic: str, field: str = "topic") -> str:
             f"{topic[:80]!r} is not a valid Kafka topic name (1–249 of a-z A-Z 0-9 . _ -, not '.' or '..')",
         )
     return topic
+
+
+def read_plain(raw: bytes, topic: str) -> list[Outgoing | Refused] | None:
+    """The records of a ``POST /api/v1/topics/{topic}/records`` body ``raw`` whose every record is
+    plain, read in C straight from its bytes: what ``parse_request(loads(raw), topic, …)`` makes of
+    it, at a fraction of the cost. None for any other body (and where the C code is not built):
+    then read it with :func:`loads` and :func:`parse_request`, which make or refuse it. Which
+    bodies it takes: ``gateway/_body.h``. (Every record it makes is an :class:`Outgoing`.)"""
+    return None if _read is None else _read(raw, topic, MAX_RECORDS)
 
 
 def parse_request(body: Any, topic: str, now_ms: int) -> list[Outgoing | Refused]:

@@ -1,6 +1,6 @@
 """The C twins under AddressSanitizer and UBSan: built once with the sanitizers into a copy of the
 checkout, they run their differential tests (tests/unit/test_native_*.py, test_gateway_acks.py,
-test_gateway_plain.py) and then replay a corpus that coverage-guided fuzzing (atheris,
+test_gateway_plain.py, test_gateway_body.py) and then replay a corpus that coverage-guided fuzzing (atheris,
 tests/support/fuzz_native.py) found against the Python references. A memory error, undefined
 behaviour or a difference from the reference fails the test with the sanitizer's report."""
 
@@ -58,7 +58,7 @@ def test_the_c_twins_under_asan_and_ubsan(tmp_path: Path) -> None:
     plain = {k: v for k, v in env.items() if k not in ("CFLAGS", "LDFLAGS")}
     plain["PYTHONPATH"] = str(ROOT)
     corpora = {}
-    for target in ("encode", "records"):
+    for target in ("encode", "records", "body"):
         corpus = tmp_path / f"corpus-{target}"
         corpus.mkdir()
         fuzz = [sys.executable, "-m", "tests.support.fuzz_native", target, str(corpus)]
@@ -79,6 +79,7 @@ def test_the_c_twins_under_asan_and_ubsan(tmp_path: Path) -> None:
         "tests/unit/test_gateway_acks.py",
         "tests/unit/test_gateway_plain.py",
         "tests/unit/test_gateway_records.py",
+        "tests/unit/test_gateway_body.py",
     ]
     ran = _run(tests, src, sanitized, 600)
     assert ran.returncode == 0 and " passed" in ran.stdout, ran.stdout[-3000:] + ran.stderr[-3000:]

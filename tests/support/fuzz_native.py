@@ -2,13 +2,16 @@
 
     python -m tests.support.fuzz_native encode CORPUS_DIR -runs=20000 -max_len=2048
     python -m tests.support.fuzz_native records CORPUS_DIR -runs=20000 -max_len=2048
+    python -m tests.support.fuzz_native body CORPUS_DIR -runs=20000 -max_len=2048
     python -m tests.support.fuzz_native replay encode CORPUS_DIR    # every input once, no fuzzing
 
 ``encode``: records made from the fuzzer's bytes (keys, values — JSON or not, valid UTF-8 or
 not —, header sets, topics, partitions, offsets past 64 bits, timestamps, attempts) → the body
 worker/_encode.c builds must be the body worker.batch.EventEncoder builds, byte for byte.
 ``records``: fake consumed messages (payloads, headers, errors, partition ends) → worker/_records.c
-must build what worker.fetch.build_batch_py builds. Any difference, or any exception but the ones
+must build what worker.fetch.build_batch_py builds. ``body``: produce request bodies (the bytes
+as they are, or inside a record) → what gateway/_body.h takes must be what records.loads and
+parse_request make. Any difference, or any exception but the ones
 both paths raise alike, is a crash with the input saved by libFuzzer.
 
 atheris guides the search by the coverage of the Python side (the reference and the harness);
@@ -102,6 +105,30 @@ def records_one(data: bytes) -> None:
         raise AssertionError(f"C and Python builds differ for {msgs!r}:\n{got!r}\n{want!r}")
 
 
+def body_one(data: bytes) -> None:
+    """gateway/_body.h: a body (the input as it is, or the input as a record's value, or as a
+    record's fields) that the C reader takes must give the records the long way makes of it."""
+    from ferry.gateway import records
+
+    wrappers = [b"%s", b'{"records":[{"value":%s}]}', b'{"records":[{%s}]}', b'{"records":[{"key":"k","value":%s},{}]}']
+    raw = wrappers[data[0] % len(wrappers)] % data[1:] if data else b""
+    got = records.read_plain(raw, "t")
+    try:  # run either way: its coverage guides the search
+        want: Any = records.parse_request(records.loads(raw), "t", 0)
+    except Exception as exc:
+        want = exc
+    if got is not None and got != want:
+        raise AssertionError(f"the C reader and the long way differ for {raw!r}:\n{got!r}\n{want!r}")
+
+
+BODY_SEEDS = [
+    b'\x00{"records":[{"key":"k","value":{"n":1,"s":"a\\"b"}},{"value":"t\\n"},{}]}',
+    b'\x01 { "a" : [ 1.5 , -2 , true , null , "\xc3\xa9" ] }',
+    b'\x02"key":null,"value":[0.25,{"x":{}}]',
+    b'\x03"x\\/y"',
+]
+
+
 def _module(name: str) -> Any:
     from ferry.worker import native
 
@@ -111,7 +138,7 @@ def _module(name: str) -> Any:
     return module
 
 
-TARGETS = {"encode": encode_one, "records": records_one}
+TARGETS = {"encode": encode_one, "records": records_one, "body": body_one}
 
 
 def replay(target: str, corpus: str) -> int:
@@ -128,13 +155,19 @@ def main(argv: list[str]) -> None:
     if len(argv) == 4 and argv[1] == "replay" and argv[2] in TARGETS:
         print(f"replayed {replay(argv[2], argv[3])} inputs through {argv[2]}: no difference")
         return
+    from pathlib import Path
+
     import atheris
 
     if len(argv) < 2 or argv[1] not in TARGETS:
         raise SystemExit(f"usage: python -m tests.support.fuzz_native {{{','.join(TARGETS)}}} [libFuzzer flags]")
     target = TARGETS[argv[1]]
+    corpus = next((Path(a) for a in argv[2:] if not a.startswith("-")), None)
+    if argv[1] == "body" and corpus is not None and not any(corpus.iterdir()):
+        for i, seed in enumerate(BODY_SEEDS):  # valid bodies to mutate: random bytes rarely are one
+            (corpus / f"seed-{i}").write_bytes(seed)
     with atheris.instrument_imports():  # the references, instrumented for coverage
-        for module in ("ferry.worker.batch", "ferry.worker.fetch"):
+        for module in ("ferry.worker.batch", "ferry.worker.fetch", "ferry.gateway.records"):
             importlib.import_module(module)
     atheris.Setup([argv[0], *argv[2:]], target)
     atheris.Fuzz()
