@@ -13,6 +13,8 @@
  *   .batch(items, start, stop)        -> [{"value", "key", "callback"}] for items[start:stop]
  *   .callback(i)                      -> record i's callback(err, msg)
  *   .seal(unqueued)                   -> True when every queued record is already settled
+ *   .placed()                         -> b'[{"partition":p,"offset":o},...]' when every record was
+ *                                        acknowledged without an error, else None
  *   .acks .fut .done .size .left .failed .sealed
  * take(done)                          -> done's items; done emptied
  *
@@ -233,10 +235,81 @@ Pending_seal(Pending *self, PyObject *arg)
     return PyBool_FromLong(self->left == 0);
 }
 
+/* The decimal digits of v at o; returns the end. */
+static char *
+put_int(char *o, long long v)
+{
+    char digits[24];
+    int n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    if (v < 0)
+        *o++ = '-';
+    do {
+        digits[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    while (n)
+        *o++ = digits[--n];
+    return o;
+}
+
+#define PUT(o, lit) (memcpy((o), (lit), sizeof(lit) - 1), (o) += sizeof(lit) - 1)
+
+static PyObject *
+Pending_placed(Pending *self, PyObject *Py_UNUSED(ignored))
+{
+    Py_ssize_t n = PyList_GET_SIZE(self->acks);
+    if (self->failed)
+        Py_RETURN_NONE;
+    /* [ ] and per record {"partition":<20>,"offset":<20>}, at most 52 bytes */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, 2 + n * 53);
+    if (out == NULL)
+        return NULL;
+    char *o = PyBytes_AS_STRING(out), *start = o;
+    *o++ = '[';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ack = PyList_GET_ITEM(self->acks, i);
+        if (!PyTuple_Check(ack) || PyTuple_GET_SIZE(ack) != 3 || PyTuple_GET_ITEM(ack, 0) != Py_None ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(ack, 1))) {
+            Py_DECREF(out);
+            Py_RETURN_NONE; /* not acknowledged, or with an error */
+        }
+        PyObject *offset = PyTuple_GET_ITEM(ack, 2);
+        if (offset != Py_None && !PyLong_CheckExact(offset)) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        long long partition = PyLong_AsLongLong(PyTuple_GET_ITEM(ack, 1)), at = 0;
+        if (partition == -1 && PyErr_Occurred())
+            goto overflow;
+        if (offset != Py_None && (at = PyLong_AsLongLong(offset)) == -1 && PyErr_Occurred())
+            goto overflow;
+        if (i)
+            *o++ = ',';
+        PUT(o, "{\"partition\":");
+        o = put_int(o, partition);
+        PUT(o, ",\"offset\":");
+        if (offset == Py_None)
+            PUT(o, "null");
+        else
+            o = put_int(o, at);
+        *o++ = '}';
+    }
+    *o++ = ']';
+    if (_PyBytes_Resize(&out, o - start) < 0)
+        return NULL;
+    return out;
+overflow: /* beyond 64 bits: no Kafka offset is */
+    Py_DECREF(out);
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Pending_methods[] = {
     {"batch", (PyCFunction)Pending_batch, METH_VARARGS, "produce_batch()'s messages for items[start:stop]."},
     {"callback", (PyCFunction)Pending_callback, METH_O, "Record i's delivery callback."},
     {"seal", (PyCFunction)Pending_seal, METH_O, "Every record offered; True when all are settled."},
+    {"placed", (PyCFunction)Pending_placed, METH_NOARGS, "The results as JSON text when every record was written."},
     {NULL},
 };
 

@@ -18,6 +18,8 @@ A :class:`Pending` is made with the request's record count and the producer's ``
 - the callback that settles the last record of a sealed request appends the request to ``done``;
   if the request was already settled when sealed, ``seal`` returns True and nothing is appended
   (the caller settles it);
+- :meth:`Pending.placed`, once settled, writes the answer's results as JSON text when every record
+  was written (the common request), without a dict per record;
 - :func:`take` empties ``done`` and returns what it held, in order.
 
 States of a request: open (``left`` counts records not yet settled, including those not yet
@@ -31,6 +33,8 @@ import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Protocol
+
+import orjson
 
 from ferry import native
 
@@ -49,6 +53,7 @@ class Acks(Protocol):
     def batch(self, items: Sequence[tuple[Any, str, int]], start: int, stop: int) -> list[dict[str, Any]]: ...
     def callback(self, i: int) -> Callable[[Any, Any], None]: ...
     def seal(self, unqueued: int) -> bool: ...
+    def placed(self) -> bytes | None: ...
 
 
 class Pending:
@@ -96,6 +101,16 @@ class Pending:
             self.left -= unqueued
             self.sealed = True
             return self.left == 0
+
+    def placed(self) -> bytes | None:
+        """Where every record was written, as the JSON text of the answer's results
+        (``[{"partition": p, "offset": o}, ...]``, an offset librdkafka did not learn as null),
+        when every record was acknowledged without an error; None otherwise. The common request's
+        answer, without a dict per record."""
+        acks = self.acks
+        if self.failed or None in acks:
+            return None
+        return orjson.dumps([{"partition": ack[1], "offset": ack[2]} for ack in acks])
 
 
 def take(done: list[Any]) -> list[Any]:

@@ -37,7 +37,7 @@ from ferry.gateway.httpmsg import Handler, HttpError, Refusal, Request, Response
 from ferry.gateway.idempotency import Conflicting, Idempotency, InProgress, KeyUnavailable
 from ferry.gateway.metrics import GatewayMetrics
 from ferry.gateway.openapi import OPENAPI
-from ferry.gateway.produce import Unavailable, Unknown, write
+from ferry.gateway.produce import Unavailable, Unknown, Written, write
 from ferry.gateway.producer import Busy, Producer
 from ferry.gateway.tokens import Principal, TokenCache, TokensUnavailable
 from ferry.gateway.transactions import Transactions
@@ -289,7 +289,7 @@ async def produce_records(gw: Gateway, request: Request, topic: str) -> Response
             written = await _write(gw, parsed, partitions, now, deadline)
         except Unknown as exc:  # an answer, not a failure: kept for the key (its retry writes nothing)
             return 504, {"error": str(exc), "field": None}
-        return 200, {"results": written}
+        return 200, {"results": written.answer()}
 
     return await _once(gw, request, raw, run, deadline)
 
@@ -321,7 +321,7 @@ async def seed_send(gw: Gateway, request: Request, _: str) -> Response:
 
     async def run() -> tuple[int, dict[str, Any]]:
         try:
-            (result,) = await _write(gw, [rec], partitions, now, deadline)
+            (result,) = (await _write(gw, [rec], partitions, now, deadline)).listed()
         except Unknown as exc:  # an answer, not a failure: kept for the key (its retry writes nothing)
             return 504, _seed_answer(seed_code(504, None), str(exc))
         if "field" in result:  # refused for good: a retry fails the same way
@@ -349,7 +349,7 @@ async def seed_send_batch(gw: Gateway, request: Request, _: str) -> Response:
 
     async def run() -> tuple[int, dict[str, Any]]:
         try:
-            results = await _write(gw, list(parsed), partitions, now, deadline)
+            results = (await _write(gw, list(parsed), partitions, now, deadline)).listed()
         except Unknown as exc:  # an answer, not a failure: kept for the key (its retry writes nothing)
             return 504, _seed_answer(seed_code(504, None), str(exc))
         for i, result in enumerate(results):
@@ -368,7 +368,7 @@ async def seed_send_batch(gw: Gateway, request: Request, _: str) -> Response:
 
 async def _write(
     gw: Gateway, parsed: list[rq.Outgoing | rq.Refused], partitions: dict[str, int], now: int, deadline: float
-) -> list[dict[str, Any]]:
+) -> Written:
     started = time.perf_counter()
     try:
         written = await write(
@@ -391,7 +391,7 @@ async def _write(
     if written.failed:
         gw.metrics.errors.labels("record_failed").inc(written.failed)
         gw.topics.doubt()
-    return written.results
+    return written
 
 
 # --- transactions (§11) ------------------------------------------------------------------------

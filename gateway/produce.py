@@ -30,8 +30,9 @@ been. A request is answered by its deadline (``FERRY_GATEWAY_PRODUCE_TIMEOUT_MS`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+import orjson
 from confluent_kafka import KafkaError
 
 from ferry import delay
@@ -85,12 +86,23 @@ def refused_for_good(err: KafkaError, size: int, limit: int) -> str:
 @dataclass
 class Written:
     results: list[dict[str, Any]]
+    placed: bytes | None = None
+    """The results as JSON text instead (``results`` then empty), when every record was written
+    now: the common request, answered without a dict per record."""
     records: int = 0  # written now
     scheduled: int = 0
     refused: int = 0
     failed: int = 0  # not written, or outcome unknown
     unknown: int = 0  # may have been written
     bytes: int = 0
+
+    def listed(self) -> list[dict[str, Any]]:
+        """One result per record: ``results``, or ``placed`` read back."""
+        return self.results if self.placed is None else cast(list[dict[str, Any]], orjson.loads(self.placed))
+
+    def answer(self) -> list[dict[str, Any]] | orjson.Fragment:
+        """The results as an answer's ``results`` (orjson writes a Fragment as it is)."""
+        return self.results if self.placed is None else orjson.Fragment(self.placed)
 
 
 def delay_record(rec: Outgoing, due_ms: int) -> Outgoing:
@@ -153,9 +165,9 @@ async def write(
         if got is not None and busy is None and not dues and len(sending) == len(records):
             # Every record sent at once, none delayed, and all acknowledged: the common request.
             # Unless an acknowledgement carries an error, each result is where it was written.
-            placed = [{"partition": ack[1], "offset": ack[2]} for ack in got if ack is not None and ack[0] is None]
-            if len(placed) == len(records):
-                out.results, out.records, out.bytes = placed, len(placed), pending.size
+            placed = pending.placed()
+            if placed is not None:
+                out.placed, out.records, out.bytes = placed, len(records), pending.size
                 return out
         expired = got is None
         acks = got if got is not None else list(pending.acks)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+import orjson
 import pytest
 
 from ferry.gateway import acks
@@ -79,6 +80,17 @@ CASES: dict[str, tuple[int, list[tuple[Any, ...]], dict[str, Any]]] = {
         [("ack", 0, None, 2, None), ("seal", 0)],
         {"seal": [True], "done": [], "acks": [(None, 2, None)], "failed": 0, "left": 0},
     ),
+    "offsets of every size": (
+        3,
+        [("ack", 0, None, 0, 0), ("ack", 1, None, 2**31 - 1, 2**63 - 1), ("ack", 2, None, 11, 10**12), ("seal", 0)],
+        {
+            "seal": [True],
+            "done": [],
+            "acks": [(None, 0, 0), (None, 2**31 - 1, 2**63 - 1), (None, 11, 10**12)],
+            "failed": 0,
+            "left": 0,
+        },
+    ),
     "nothing queued at all": (
         4,
         [("seal", 4)],
@@ -121,6 +133,9 @@ def test_steps(impl: Any, case: str) -> None:
         assert done == want["done"]
     assert list(pending.acks) == want["acks"]
     assert (pending.failed, pending.left, pending.fut) == (want["failed"], want["left"], fut)
+    written = want["failed"] == 0 and None not in want["acks"]
+    results = [{"partition": a[1], "offset": a[2]} for a in want["acks"]] if written else None
+    assert pending.placed() == (None if results is None else orjson.dumps(results))
 
 
 def test_batch_carries_value_key_and_a_callback_per_record(impl: Any) -> None:
