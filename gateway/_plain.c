@@ -22,6 +22,11 @@
  *     the caller reads the long way (records.loads, then parse_request): the records it makes are
  *     the ones that way makes. most: the most records a request may hold.
  *
+ * send_items(records) -> list | None
+ *     [(record, record.topic, record.size)] — how the producer takes a request's records — when
+ *     every one is an Outgoing sent now as it is: no headers, no chosen partition, not delayed;
+ *     else None (the caller looks at each). The C twin of records.send_items' Python.
+ *
  * digit_run(raw, n) -> bool
  *     whether bytes `raw` hold n ASCII digits in a row (records.loads asks it of every body: such a
  *     run may be an integer orjson reads inexactly), without the copy bytes.translate makes.
@@ -264,6 +269,71 @@ done:
     return out;
 }
 
+static inline PyObject *
+slot(PyObject *o, int field)
+{
+    return *(PyObject **)((char *)o + offsets[field]);
+}
+
+/* Record.size of a plain Outgoing (key, value: bytes or None; no headers), or -1 when `o` is not
+ * one sent as it is. */
+static Py_ssize_t
+plain_size(PyObject *o)
+{
+    PyObject *key = slot(o, KEY), *value = slot(o, VALUE), *headers = slot(o, HEADERS);
+    if (key == NULL || value == NULL || headers == NULL || slot(o, TOPIC) == NULL || slot(o, PARTITION) != Py_None ||
+        slot(o, DUE_MS) != Py_None || !PyList_CheckExact(headers) || PyList_GET_SIZE(headers) != 0)
+        return -1;
+    if ((key != Py_None && !PyBytes_CheckExact(key)) || (value != Py_None && !PyBytes_CheckExact(value)))
+        return -1;
+    return (key == Py_None ? 0 : PyBytes_GET_SIZE(key)) + (value == Py_None ? 0 : PyBytes_GET_SIZE(value)) + 64;
+}
+
+static PyObject *
+send_items(PyObject *self, PyObject *records)
+{
+    if (!PyList_Check(records)) {
+        PyErr_SetString(PyExc_TypeError, "send_items() takes a list of records");
+        return NULL;
+    }
+    if (outgoing == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "call setup() before send_items()");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(records);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        /* An allocation below may run a collection and, through a finalizer, Python code: the
+         * list is read again each time, and the record held while its item is made. */
+        PyObject *rec = i < PyList_GET_SIZE(records) ? PyList_GET_ITEM(records, i) : NULL;
+        Py_ssize_t size = rec != NULL && Py_IS_TYPE(rec, outgoing) ? plain_size(rec) : -1;
+        if (size < 0) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        PyObject *topic = slot(rec, TOPIC), *item = NULL, *bytes = PyLong_FromSsize_t(size);
+        Py_INCREF(rec);
+        Py_INCREF(topic);
+        if (bytes != NULL)
+            item = PyTuple_Pack(3, rec, topic, bytes);
+        Py_XDECREF(bytes);
+        Py_DECREF(topic);
+        Py_DECREF(rec);
+        if (item == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, item);
+    }
+    if (PyList_GET_SIZE(records) != n) { /* changed meanwhile: look at each */
+        Py_DECREF(out);
+        Py_RETURN_NONE;
+    }
+    return out;
+}
+
 static PyObject *
 digit_run(PyObject *self, PyObject *args)
 {
@@ -296,6 +366,7 @@ static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(outgoing, fields, dumps, encode_error)"},
     {"plain", plain, METH_VARARGS, "plain(records, topic) -> (out, general)"},
     {"read", read_body, METH_VARARGS, "read(raw, topic, most) -> the plain records of body raw, or None"},
+    {"send_items", send_items, METH_O, "send_items(records) -> [(record, topic, size)] when all are plain, or None"},
     {"digit_run", digit_run, METH_VARARGS, "digit_run(raw, n) -> whether raw holds n ASCII digits in a row"},
     {NULL, NULL, 0, NULL},
 };

@@ -29,6 +29,7 @@ been. A request is answered by its deadline (``FERRY_GATEWAY_PRODUCE_TIMEOUT_MS`
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -38,7 +39,7 @@ from confluent_kafka import KafkaError
 from ferry import delay
 from ferry.errors import FerryError
 from ferry.gateway.producer import REFUSED_FOR_GOOD, Ack, Producer
-from ferry.gateway.records import Outgoing, Refused
+from ferry.gateway.records import Outgoing, Refused, SendItem, send_items
 
 
 class Unavailable(FerryError):
@@ -118,23 +119,20 @@ def delay_record(rec: Outgoing, due_ms: int) -> Outgoing:
     return Outgoing(rec.topic, rec.key, rec.value, headers)
 
 
-async def write(
-    producer: Producer,
+def _sort_out(
     records: list[Outgoing | Refused],
-    *,
+    results: list[dict[str, Any] | None],
+    out: Written,
     partitions: dict[str, int],
     delay_topic: str,
     now_ms: int,
-    deadline: float,
-) -> Written:
-    """Send every valid record, wait for every acknowledgement until ``deadline``
-    (``time.monotonic()``), and say what happened to each. ``partitions``: the partition count of
-    every target topic of ``records``."""
-    results: list[dict[str, Any] | None] = [None] * len(records)
-    out = Written([])
-    sending: list[tuple[Outgoing, str, int]] = []
-    where: list[int] = []  # index in the request of each record sent
-    dues: dict[int, int] = {}  # index → due time, of the delayed ones
+    dues: dict[int, int],
+) -> tuple[list[SendItem], list[int]]:
+    """The records to send of a request that is not all plain, and the index of each: a refused one
+    gets its result now (and is counted in ``out``), a delayed one goes to the delay topic (its due
+    time in ``dues``)."""
+    sending: list[SendItem] = []
+    where: list[int] = []
     for i, rec in enumerate(records):
         if isinstance(rec, Refused):
             results[i] = rec.result()
@@ -154,6 +152,28 @@ async def write(
         else:
             sending.append((rec, rec.topic, rec.size))
         where.append(i)
+    return sending, where
+
+
+async def write(
+    producer: Producer,
+    records: list[Outgoing | Refused],
+    *,
+    partitions: dict[str, int],
+    delay_topic: str,
+    now_ms: int,
+    deadline: float,
+) -> Written:
+    """Send every valid record, wait for every acknowledgement until ``deadline``
+    (``time.monotonic()``), and say what happened to each. ``partitions``: the partition count of
+    every target topic of ``records``."""
+    results: list[dict[str, Any] | None] = [None] * len(records)
+    out = Written([])
+    dues: dict[int, int] = {}  # index → due time, of the delayed ones
+    sending = send_items(records)  # the common request: every record sent now, as it is
+    where: Sequence[int] = range(len(records))  # index in the request of each record sent
+    if sending is None:
+        sending, where = _sort_out(records, results, out, partitions, delay_topic, now_ms, dues)
     acks: list[Ack | None] = []
     busy = None
     expired = False

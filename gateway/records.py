@@ -24,7 +24,7 @@ import codecs
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, fields
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import orjson
 
@@ -76,20 +76,31 @@ class Refused:
 
 _PlainTwin = Callable[[list[Any], str], tuple[list[Outgoing | None], int]]
 _BodyReader = Callable[[bytes, str, int], list[Outgoing | Refused] | None]
+SendItem = tuple[Outgoing, str, int]
+"""A record as the producer takes it: the record, the topic to write it to, its size."""
+_ItemsTwin = Callable[[list[Outgoing | Refused]], list[SendItem] | None]
 
 
-def _twins() -> tuple[_PlainTwin | None, _BodyReader | None, Callable[[bytes, int], bool] | None]:
-    """The C twins (``gateway/_plain.c``) of :func:`parse_request`'s plain-record branch, set up for
-    :class:`Outgoing`, of :func:`loads` + :func:`parse_request` for a body of plain records, and of
-    :func:`loads`' digit-run check; None when not built or ``FERRY_NATIVE=0``."""
+class _Twins(NamedTuple):
+    plain: _PlainTwin | None
+    read: _BodyReader | None
+    send_items: _ItemsTwin | None
+    digit_run: Callable[[bytes, int], bool] | None
+
+
+def _twins() -> _Twins:
+    """The C twins (``gateway/_plain.c``), set up for :class:`Outgoing`: of :func:`parse_request`'s
+    plain-record branch, of :func:`loads` + :func:`parse_request` for a body of plain records, of
+    :func:`send_items`, and of :func:`loads`' digit-run check; None when not built or
+    ``FERRY_NATIVE=0``."""
     c = native.load("ferry.gateway._plain")
     if c is None:
-        return None, None, None
+        return _Twins(None, None, None, None)
     c.setup(Outgoing, tuple(f.name for f in fields(Outgoing)), orjson.dumps, orjson.JSONEncodeError)
-    return cast(_PlainTwin, c.plain), cast(_BodyReader, c.read), cast(Callable[[bytes, int], bool], c.digit_run)
+    return _Twins(c.plain, c.read, c.send_items, c.digit_run)
 
 
-_plain, _read, _digit_run = _twins()
+_plain, _read, _send_items, _digit_run = _twins()
 NATIVE = _plain is not None
 """Whether plain records are made in C (the gateway's start log line says)."""
 
@@ -154,6 +165,20 @@ def read_plain(raw: bytes, topic: str) -> list[Outgoing | Refused] | None:
     then read it with :func:`loads` and :func:`parse_request`, which make or refuse it. Which
     bodies it takes: ``gateway/_body.h``. (Every record it makes is an :class:`Outgoing`.)"""
     return None if _read is None else _read(raw, topic, MAX_RECORDS)
+
+
+def send_items(records: list[Outgoing | Refused]) -> list[SendItem] | None:
+    """Each record as the producer takes it, when every one is an :class:`Outgoing` sent now as it
+    is (no headers, no chosen partition, not delayed): the common request, without looking at each
+    record in Python (in C where built). None otherwise: the caller looks at each."""
+    if _send_items is not None:
+        return _send_items(records)
+    items = []
+    for rec in records:
+        if type(rec) is not Outgoing or rec.headers or rec.partition is not None or rec.due_ms is not None:
+            return None
+        items.append((rec, rec.topic, rec.size))
+    return items
 
 
 def parse_request(body: Any, topic: str, now_ms: int) -> list[Outgoing | Refused]:

@@ -132,3 +132,33 @@ def test_random_digit_runs_agree() -> None:
         assert c.digit_run(raw, 19) == (rq._LONG_DIGITS in raw.translate(rq._DIGITS_AS_ZERO)), raw
     with pytest.raises(ValueError):
         c.digit_run(b"1", 0)
+
+
+def _send_items_both(records: list[Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    required("ferry.gateway._plain")
+    c = rq.send_items(records)
+    with monkeypatch.context() as m:
+        m.setattr(rq, "_send_items", None)
+        py = rq.send_items(records)
+    return c, py
+
+
+SEND_ITEMS = {
+    "plain": [Outgoing("t", b"k", b"v", []), Outgoing("u", None, None, []), Outgoing("t", b"", b"x" * 300, [])],
+    "empty": [],
+    "refused": [Outgoing("t", b"k", b"v", []), Refused("records[1].key", "must be a string")],
+    "headers": [Outgoing("t", b"k", b"v", [("h", b"1")])],
+    "partition": [Outgoing("t", b"k", b"v", [], partition=0)],
+    "delayed": [Outgoing("t", b"k", b"v", [], due_ms=5)],
+    "not a record": [Outgoing("t", b"k", b"v", []), "text"],
+}
+
+
+@pytest.mark.parametrize("records", SEND_ITEMS.values(), ids=SEND_ITEMS.keys())
+def test_send_items_in_c_is_the_python_reference(records: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    c, py = _send_items_both(records, monkeypatch)
+    assert c == py
+    plain = all(type(r) is Outgoing and not r.headers and r.partition is None and r.due_ms is None for r in records)
+    assert (c is not None) == plain
+    if c is not None:
+        assert c == [(r, r.topic, r.size) for r in records]
