@@ -484,10 +484,13 @@ class TxnLog:
                 # of it yet, and a recent read may be that far behind (a decision reads what came
                 # before it). Kept for the decision that usually follows (:meth:`decide_async`).
                 return [dict(kept[0])]
-            self._own_prepare(me)  # the view holds it now
         if self._tail is not None and (up_to is not None or recent):
             raw = await self._tail.entries_async(txn_id.partition, txn_id.offset, me, up_to, self.timeout_s / 2)
             if raw is not None:
+                if kept is not None and len(raw) == 1:
+                    # The view holds only the prepare, which this process wrote: the entry as
+                    # written, without decoding it (still kept for the decision that follows).
+                    return [dict(kept[0])]
                 return [e for e in map(_decode, raw) if e is not None]
         return await asyncio.to_thread(self._read_entries, txn_id, up_to)  # the view already had its wait
 
