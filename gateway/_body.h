@@ -64,8 +64,7 @@ static inline const unsigned char *skip_ws(const unsigned char *p, const unsigne
 static int plain_string(const unsigned char **pp, const unsigned char *end, int in_value, int *escaped) {
     const unsigned char *p = *pp + 1;
     for (;;) {
-        for (uint64_t w; end - p >= 8 && (memcpy(&w, p, 8), !may_need_look(w));) p += 8;
-        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+        p = skip_plain(p, end);
         if (p >= end) return 0;
         unsigned char c = *p;
         if (c == '"') {

@@ -30,10 +30,7 @@ static int hex4(const unsigned char *p, const unsigned char *end) {
 static int scan_string(const unsigned char **pp, const unsigned char *end) {
     const unsigned char *p = *pp + 1;
     for (;;) {
-        /* The common case first: printable ASCII other than the quote and backslash, 8
-         * bytes at a time, then byte by byte. */
-        for (uint64_t w; end - p >= 8 && (memcpy(&w, p, 8), !may_need_look(w));) p += 8;
-        while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+        p = skip_plain(p, end); /* the common case first */
         if (p >= end) return 0;
         unsigned char c = *p;
         if (c == '"') {
