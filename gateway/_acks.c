@@ -259,8 +259,6 @@ static PyObject *
 Pending_placed(Pending *self, PyObject *Py_UNUSED(ignored))
 {
     Py_ssize_t n = PyList_GET_SIZE(self->acks);
-    if (self->failed)
-        Py_RETURN_NONE;
     /* [ ] and per record {"partition":<20>,"offset":<20>}, at most 52 bytes */
     PyObject *out = PyBytes_FromStringAndSize(NULL, 2 + n * 53);
     if (out == NULL)

@@ -108,7 +108,7 @@ class Pending:
         when every record was acknowledged without an error; None otherwise. The common request's
         answer, without a dict per record."""
         acks = self.acks
-        if self.failed or None in acks:
+        if None in acks or any(ack[0] is not None for ack in acks):  # an error may be stored, not counted
             return None
         return orjson.dumps([{"partition": ack[1], "offset": ack[2]} for ack in acks])
 

@@ -162,6 +162,18 @@ def test_callback_refuses_an_index_outside_the_request(impl: Any, i: int) -> Non
         impl.Pending(None, 5, []).callback(i)
 
 
+def test_placed_is_none_for_an_error_stored_without_a_callback(impl: Any) -> None:
+    """The producer stores a record refused for good as ``(err, None, None)`` itself (librdkafka
+    never calls it back), so ``failed`` does not count it: ``placed`` looks at every entry."""
+    pending = impl.Pending(None, 2, [])
+    pending.callback(0)(None, Msg(0, 5))
+    pending.acks[1] = (ERR, None, None)
+    pending.seal(1)
+    assert pending.failed == 0 and pending.placed() is None
+    pending.acks[1] = (None, 0, 6)
+    assert pending.placed() == b'[{"partition":0,"offset":5},{"partition":0,"offset":6}]'
+
+
 def test_size_is_the_callers(impl: Any) -> None:
     pending = impl.Pending(None, 1, [])
     pending.size = 1234
