@@ -478,12 +478,11 @@ class TxnLog:
         if txn_id.partition >= self._readable and not await asyncio.to_thread(self.in_log, txn_id):
             return []
         kept = self._own.get(me) if recent else None
-        if kept is not None and self._tail is not None:
-            if not self._tail.has_read(txn_id.partition, txn_id.offset):
-                # Prepared here a moment ago and not yet seen by the view: nothing else can be known
-                # of it yet, and a recent read may be that far behind (a decision reads what came
-                # before it). Kept for the decision that usually follows (:meth:`decide_async`).
-                return [dict(kept[0])]
+        if kept is not None and self._tail is not None and not self._tail.has_read(txn_id.partition, txn_id.offset):
+            # Prepared here a moment ago and not yet seen by the view: nothing else can be known of
+            # it yet, and a recent read may be that far behind (a decision reads what came before
+            # it). Kept for the decision that usually follows (:meth:`decide_async`).
+            return [dict(kept[0])]
         if self._tail is not None and (up_to is not None or recent):
             raw = await self._tail.entries_async(txn_id.partition, txn_id.offset, me, up_to, self.timeout_s / 2)
             if raw is not None:
