@@ -135,12 +135,20 @@ class TxnLog:
         follow: bool = False,
         follow_wait_ms: int = 10,
         linger_ms: int = 1,
+        sticky_ms: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``follow``: keep a live view of the log (:mod:`ferry.txn_tail`) so that reads of
         transactions prepared since need no read of the log (the gateway's setting); its fetches
         may wait ``follow_wait_ms`` for new entries. ``linger_ms``: how long the producer waits to
-        fill a batch (every step of a transaction waits for one write)."""
+        fill a batch (every step of a transaction waits for one write). ``sticky_ms``: how long
+        prepares go to one partition before another is picked at random (0: each its own pick);
+        the entries of concurrent transactions then share their partition's batch in a produce
+        request, and over time every partition gets its share (sticky partitioning, as Kafka's
+        producer does for records without a key, KIP-480)."""
         self._config = dict(client_config)
+        self._sticky_s = sticky_ms / 1000
+        self._clock = clock
         self._follow = follow
         self._follow_wait_ms = follow_wait_ms
         self._tail: TxnTail | None = None
@@ -159,6 +167,7 @@ class TxnLog:
         self._all_readers: list[Consumer] = []
         self._partitions: int | None = None  # where this process prepares, and its live view follows
         self._readable = 0  # partitions the log was last seen to have (it may have grown since start)
+        self._sticky, self._sticky_until = 0, 0.0  # where prepares go now, and until when (monotonic)
         self._counted_at = 0.0  # time.monotonic() of the last count
         self._ensured = threading.Lock()
 
@@ -212,7 +221,7 @@ class TxnLog:
         """Store a ``prepare`` entry (durable when this returns); the new transaction's id."""
         partitions = self._partitions or self.ensure()
         nonce = new_nonce()
-        partition = secrets.randbelow(partitions)
+        partition = self._prepare_partition(partitions)
         offset = self._produce(partition, nonce.encode(), {**entry, "kind": "prepare"})
         return TxnId(partition, offset, nonce)
 
@@ -226,7 +235,7 @@ class TxnLog:
         if partitions is None:
             partitions = await asyncio.to_thread(self.ensure)
         nonce = new_nonce()
-        partition = secrets.randbelow(partitions)
+        partition = self._prepare_partition(partitions)
         stored = {**entry, "kind": "prepare", "ts": entry.get("ts", now_ms())}  # as written
         acked, size = self._queue(partition, nonce.encode(), stored)
         txn_id = TxnId(partition, await self._acknowledgement(acked, size), nonce)
@@ -236,6 +245,14 @@ class TxnLog:
             while self._own and (len(self._own) > OWN_PREPARES or self._own_bytes > OWN_BYTES):
                 self._own_bytes -= self._own.popitem(last=False)[1][1]
         return txn_id
+
+    def _prepare_partition(self, partitions: int) -> int:
+        """Where the next prepare goes: the partition picked less than ``sticky_ms`` ago, or a new
+        one, at random."""
+        now = self._clock()
+        if now >= self._sticky_until or self._sticky >= partitions:
+            self._sticky, self._sticky_until = secrets.randbelow(partitions), now + self._sticky_s
+        return self._sticky
 
     def _own_prepare(self, txn_id: str) -> dict[str, Any] | None:
         """Forget the prepare this process wrote as ``txn_id``; the entry, or None if not kept."""

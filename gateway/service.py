@@ -48,7 +48,12 @@ def build(settings: Settings) -> Gateway:
     # The two live views (transactions, idempotency keys) fetch with the operator's latency knob.
     wait_ms = settings.kafka.fetch_wait_max_ms
     txn_log = TxnLog(
-        kafka_config, topic=settings.kafka.txn_topic, follow=True, follow_wait_ms=wait_ms, linger_ms=g.txn_linger_ms
+        kafka_config,
+        topic=settings.kafka.txn_topic,
+        follow=True,
+        follow_wait_ms=wait_ms,
+        linger_ms=g.txn_linger_ms,
+        sticky_ms=g.txn_sticky_ms,
     )
 
     async def write(txn_id: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:

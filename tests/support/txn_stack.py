@@ -16,7 +16,7 @@ from tests.support.gateway import gateway_process
 def start_gateway(c: Cluster, name: str) -> ServiceProcess:
     """A gateway over the cluster's broker, database and topics of Ferry's own work, started (the
     caller waits for it to be ready, once it can stop it)."""
-    topics = {k: v for k, v in c.env.items() if k.startswith("FERRY_") and "TOPIC" in k}
+    topics = {k: v for k, v in c.env.items() if k.startswith("FERRY_") and ("TOPIC" in k or k.startswith("FERRY_TXN_"))}
     return gateway_process(c.tmp, c.bootstrap, c.db_url, name=name, **topics).start()
 
 
@@ -28,7 +28,10 @@ def txn_owners(c: Cluster) -> dict[int, str]:
 
 class Stack:
     def __init__(self, tmp: Path, zk: str, bootstrap: str, **env: str) -> None:
-        self.c = Cluster(tmp, zk, bootstrap, **internal_work_env(**{"FERRY_TXN_MAX_CHECKS": "3", **env}))
+        # A few transactions prepared in a row should spread over the log's partitions (and so over
+        # the workers' back-checks), as they do over time: no sticky partition here.
+        defaults = {"FERRY_TXN_MAX_CHECKS": "3", "FERRY_TXN_STICKY_MS": "0"}
+        self.c = Cluster(tmp, zk, bootstrap, **internal_work_env(**{**defaults, **env}))
         self.txn_topic = self.c.env["FERRY_TXN_TOPIC"]
         self.c.coordinator("coord")
         self.gateways: list[ServiceProcess] = []
