@@ -42,6 +42,7 @@ def test_env_wins_over_file(tmp_path: Path) -> None:
         ({"FERRY_ZK_SESSION_TIMEOUT_MS": "0"}, "FERRY_ZK_SESSION_TIMEOUT_MS"),
         ({"FERRY_LOG_FORMAT": "xml"}, "FERRY_LOG_FORMAT"),
         ({"FERRY_TXN_LINGER_MS": "-1"}, "FERRY_TXN_LINGER_MS"),
+        ({"FERRY_TXN_STICKY_MS": "-1"}, "FERRY_TXN_STICKY_MS"),
         ({"FERRY_KAFKA_BOOTSTRAP": ""}, "FERRY_KAFKA_BOOTSTRAP"),
         ({"FERRY_OFFSETS_TOPIC": ""}, "FERRY_OFFSETS_TOPIC"),
         ({"FERRY_OFFSETS_TOPIC": "offsets/of ferry"}, "FERRY_OFFSETS_TOPIC"),
