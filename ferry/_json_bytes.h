@@ -49,4 +49,11 @@ static inline const unsigned char *skip_plain(const unsigned char *p, const unsi
     return p;
 }
 
+/* The literal `word` (n bytes: true, false, null) at *pp; *pp moves past it. 1 there, 0 not. */
+static int scan_literal(const unsigned char **pp, const unsigned char *end, const char *word, size_t n) {
+    if ((size_t)(end - *pp) < n || memcmp(*pp, word, n) != 0) return 0;
+    *pp += n;
+    return 1;
+}
+
 #endif /* FERRY_JSON_BYTES_H */

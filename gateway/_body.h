@@ -126,9 +126,16 @@ static int plain_number(const unsigned char **pp, const unsigned char *end) {
     return 1;
 }
 
-static int plain_literal(const unsigned char **pp, const unsigned char *end, const char *word, size_t n) {
-    if ((size_t)(end - *pp) < n || memcmp(*pp, word, n) != 0) return 0;
-    *pp += n;
+/* After an element or member: 1 past a ',' and the whitespace after it (another follows), 0 at
+ * `close` (*pp on it), -1 at anything else (not plain). */
+static int after_item(const unsigned char **pp, const unsigned char *end, unsigned char close, int *ws) {
+    const unsigned char *p = skip_ws(*pp, end, ws);
+    if (p >= end || (*p != close && *p != ',')) return -1;
+    if (*p == close) {
+        *pp = p;
+        return 0;
+    }
+    *pp = skip_ws(p + 1, end, ws);
     return 1;
 }
 
@@ -143,13 +150,13 @@ static int plain_value(const unsigned char **pp, const unsigned char *end, int d
         r = plain_string(&p, end, 1, &escaped);
         break;
     case 't':
-        r = plain_literal(&p, end, "true", 4);
+        r = scan_literal(&p, end, "true", 4);
         break;
     case 'f':
-        r = plain_literal(&p, end, "false", 5);
+        r = scan_literal(&p, end, "false", 5);
         break;
     case 'n':
-        r = plain_literal(&p, end, "null", 4);
+        r = scan_literal(&p, end, "null", 4);
         break;
     case '[':
         if (depth >= MAX_NESTING) return 0;
@@ -159,13 +166,9 @@ static int plain_value(const unsigned char **pp, const unsigned char *end, int d
             r = 1;
             break;
         }
-        for (;;) {
+        for (int more = 1; more;) {
             if ((r = plain_value(&p, end, depth + 1, ws)) != 1) return r;
-            p = skip_ws(p, end, ws);
-            if (p >= end) return 0;
-            if (*p == ']') break;
-            if (*p != ',') return 0;
-            p = skip_ws(p + 1, end, ws);
+            if ((more = after_item(&p, end, ']', ws)) < 0) return 0;
         }
         p++;
         break;
@@ -180,7 +183,7 @@ static int plain_value(const unsigned char **pp, const unsigned char *end, int d
             r = 1;
             break;
         }
-        for (;;) {
+        for (int more = 1; more;) {
             const unsigned char *name = p;
             if (p >= end || *p != '"' || members == MAX_MEMBERS || !plain_string(&p, end, 1, &escaped)) return 0;
             /* Escapes have one form each here, so names are equal exactly when their bytes are. */
@@ -192,11 +195,7 @@ static int plain_value(const unsigned char **pp, const unsigned char *end, int d
             if (p >= end || *p != ':') return 0;
             p = skip_ws(p + 1, end, ws);
             if ((r = plain_value(&p, end, depth + 1, ws)) != 1) return r;
-            p = skip_ws(p, end, ws);
-            if (p >= end) return 0;
-            if (*p == '}') break;
-            if (*p != ',') return 0;
-            p = skip_ws(p + 1, end, ws);
+            if ((more = after_item(&p, end, '}', ws)) < 0) return 0;
         }
         p++;
         r = 1;
@@ -225,7 +224,7 @@ static int plain_record_at(const unsigned char **pp, const unsigned char *end, p
         *pp = p + 1;
         return 1;
     }
-    for (;;) {
+    for (int more = 1; more;) {
         int is_key = AT(p, end, "\"key\"");
         if (!is_key && !AT(p, end, "\"value\"")) return 0; /* another field: the long way */
         if (is_key ? seen_key++ : seen_value++) return 0;    /* given twice: the long way */
@@ -260,11 +259,7 @@ static int plain_record_at(const unsigned char **pp, const unsigned char *end, p
             out->val_len = p - start;
             out->val_flag = inner;
         }
-        p = skip_ws(p, end, &ws);
-        if (p >= end) return 0;
-        if (*p == '}') break;
-        if (*p != ',') return 0;
-        p = skip_ws(p + 1, end, &ws);
+        if ((more = after_item(&p, end, '}', &ws)) < 0) return 0;
     }
     *pp = p + 1;
     return 1;

@@ -276,7 +276,7 @@ async def produce_records(gw: Gateway, request: Request, topic: str) -> Response
     now = now_ms()
     parsed = rq.read_plain(raw, topic)  # the common body, in C
     if parsed is None:
-        doc, raw = await _body(request)
+        doc, _ = await _body(request)
         try:
             parsed = rq.parse_request(doc, topic, now)
         except ValidationError as exc:

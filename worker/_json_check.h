@@ -124,12 +124,6 @@ static int scan_number(const unsigned char **pp, const unsigned char *end) {
     return !Py_IS_INFINITY(d);
 }
 
-static int scan_literal(const unsigned char **pp, const unsigned char *end, const char *word, size_t n) {
-    if ((size_t)(end - *pp) < n || memcmp(*pp, word, n) != 0) return 0;
-    *pp += n;
-    return 1;
-}
-
 /* 1: strict JSON text (whitespace around it allowed), 0: not, -1: error (exception set).
  * Iterative: the open containers are a stack of bytes ('[' or '{'), on the C stack up to
  * 256 levels and grown on the heap past that; max_depth < 0: no limit. */
