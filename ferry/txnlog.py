@@ -39,6 +39,7 @@ from ferry.clock import now_ms
 from ferry.deadlines import time_out
 from ferry.errors import FerryError
 from ferry.served_producer import Acked, OnDelivery, ServedProducer
+from ferry.switched_producer import DWELL_S, SwitchedProducer
 from ferry.txn_tail import TxnTail
 
 _log = log.get_logger(__name__)
@@ -55,6 +56,9 @@ OWN_BYTES = 16 * 1024 * 1024
 replicas keeps its prepares until they are evicted. An evicted one costs its commit a wait for the
 view, nothing else."""
 RETENTION_MS = 7 * 24 * 3600 * 1000  # far beyond the longest life of a transaction (timeout + checks)
+BUSY_AT = 16
+"""Entries waiting for their acknowledgements from which a log with a lingering second producer
+(``busy_linger_ms``) sends new ones through it; it switches back at a quarter of that."""
 RECOUNT_S = 5.0
 """How often at most an id naming a partition this process has not seen makes it count the log's
 partitions again (an operator added some, and a replica started since prepares there)."""
@@ -137,6 +141,9 @@ class TxnLog:
         linger_ms: int = 1,
         sticky_ms: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        busy_linger_ms: int | None = None,
+        busy_at: int = BUSY_AT,
+        busy_dwell_s: float = DWELL_S,
     ) -> None:
         """``follow``: keep a live view of the log (:mod:`ferry.txn_tail`) so that reads of
         transactions prepared since need no read of the log (the gateway's setting); its fetches
@@ -145,7 +152,10 @@ class TxnLog:
         prepares go to one partition before another is picked at random (0: each its own pick);
         the entries of concurrent transactions then share their partition's batch in a produce
         request, and over time every partition gets its share (sticky partitioning, as Kafka's
-        producer does for records without a key, KIP-480)."""
+        producer does for records without a key, KIP-480). ``busy_linger_ms``: a second producer
+        with this linger takes the entries while at least ``busy_at`` wait for their
+        acknowledgements (:mod:`ferry.switched_producer`, switching at most every
+        ``busy_dwell_s``; None: one producer). A commit's records always go through the first."""
         self._config = dict(client_config)
         self._sticky_s = sticky_ms / 1000
         self._clock = clock
@@ -159,6 +169,12 @@ class TxnLog:
             {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": linger_ms}, "txn-log"
         )
         self.producer = self._served.producer
+        busy = None
+        if busy_linger_ms is not None:
+            busy = ServedProducer(
+                {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": busy_linger_ms}, "txn-log-busy"
+            )
+        self._entries = SwitchedProducer(self._served, busy, busy_at, busy_at // 4, busy_dwell_s)
         self._own: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()  # id -> (prepare, size)
         self._own_bytes = 0
         # Reads run in parallel, each on a reader of its own (at most READERS, made when needed).
@@ -208,10 +224,17 @@ class TxnLog:
             self._readable = counts[self.topic]
         return txn_id.partition < self._readable
 
+    @property
+    def producer_switches(self) -> int:
+        """Switches between the two producers so far (0 with one)."""
+        return self._entries.switches
+
     def close(self) -> None:
         if self._tail is not None:
             self._tail.close()
         self._served.close(self.timeout_s)
+        if self._entries.lingering is not None:
+            self._entries.lingering.close(self.timeout_s)
         for reader in self._all_readers:
             reader.close()
 
@@ -308,10 +331,14 @@ class TxnLog:
         return await self._acknowledgement(acked, size)
 
     def _queue(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> tuple[asyncio.Future[Acked], int]:
-        """Queue an entry in the producer; the future of its acknowledgement (which times out after
+        """Queue an entry in a producer; the future of its acknowledgement (which times out after
         ``timeout_s``), and its size."""
-        acked, on_delivery = self._served.acknowledgement(self.timeout_s)
-        return acked, len(self._send(partition, key, entry, on_delivery))
+        value = encode({**entry, "ts": entry.get("ts", now_ms())})
+
+        def produce(producer: Producer, on_delivery: OnDelivery) -> None:
+            self._produce_value(producer, partition, key, value, on_delivery)
+
+        return self._entries.send(produce, self.timeout_s), len(value)
 
     async def _acknowledgement(self, acked: asyncio.Future[Acked], size: int) -> int:
         with contextlib.suppress(TimeoutError):  # _offset says so
@@ -337,15 +364,20 @@ class TxnLog:
         on_delivery: Callable[[KafkaError | None, Message], None],
     ) -> bytes:
         value = encode({**entry, "ts": entry.get("ts", now_ms())})
+        self._produce_value(self.producer, partition, key, value, on_delivery)
+        return value
+
+    def _produce_value(
+        self, producer: Producer, partition: int, key: bytes, value: bytes, on_delivery: OnDelivery
+    ) -> None:
         try:
-            self.producer.produce(self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
+            producer.produce(self.topic, value=value, key=key, partition=partition, on_delivery=on_delivery)
         except KafkaException as exc:
             if exc.args and exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
                 raise TxnTooLarge(self.topic, len(value)) from None
             raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {exc}") from None
         except BufferError as exc:
             raise TxnLogError(f"cannot write to the transaction log {self.topic!r}: {exc}") from None
-        return value
 
     def _acknowledged(self, err: KafkaError | None, offset: int, size: int) -> int:
         if err is not None:

@@ -54,6 +54,8 @@ def build(settings: Settings) -> Gateway:
         follow_wait_ms=wait_ms,
         linger_ms=g.txn_linger_ms,
         sticky_ms=g.txn_sticky_ms,
+        busy_linger_ms=g.txn_busy_linger_ms or None,
+        busy_at=g.txn_busy_at,
     )
 
     async def write(txn_id: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -207,3 +207,38 @@ async def test_a_committed_entry_of_the_old_shape_answers_written_records(
         answer = await replica.commit(prepared["id"], any_topic)
         assert answer == {"id": prepared["id"], "state": "committed", "results": [unknown, unknown]}
     assert read_all(kafka_bootstrap, topic_name, 1) == []  # answered from the log: nothing written again
+
+
+async def test_a_log_switching_producers_under_load_loses_no_transaction(kafka_bootstrap: str, topic_name: str) -> None:
+    """Concurrent transactions through a gateway's log whose entries switch between its quick and
+    its lingering producer again and again: every commit finds its prepare, and every record is
+    written once. (That only one producer has writes in flight at a time is checked in
+    tests/unit/test_switched_producer.py; the embedded broker's reordering when both do is too rare
+    to show in a test this short.)"""
+    cfg = {"bootstrap.servers": kafka_bootstrap}
+    create_topic(kafka_bootstrap, topic_name, 2)
+    log = TxnLog(cfg, topic=f"{topic_name}-txn", follow=True, busy_linger_ms=2, busy_at=4, busy_dwell_s=0.0)
+    log.ensure()
+    try:
+
+        async def write(txn_id: str, records: list[dict]) -> list[dict]:  # type: ignore[type-arg]
+            return await log.write_records_async(txn_id, records)
+
+        ops = Transactions(log, write, EndpointPolicy())
+        slots = asyncio.Semaphore(24)
+
+        async def one(i: int) -> str:
+            async with slots:
+                prepared = await ops.prepare(
+                    [Outgoing(topic_name, f"k{i}".encode(), f"v{i}".encode(), [])], "http://127.0.0.1:1/c", None
+                )
+                committed = await ops.commit(prepared["id"], any_topic)
+                assert committed["state"] == "committed", committed
+                return str(prepared["id"])
+
+        ids = await asyncio.gather(*(one(i) for i in range(300)))
+        assert log.producer_switches >= 2  # the load went back and forth over the threshold
+    finally:
+        log.close()
+    written = read_all(kafka_bootstrap, topic_name, 2)
+    assert sorted(h["ferry-transaction-id"].decode() for _, _, h in written) == sorted(ids)
