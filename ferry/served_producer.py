@@ -41,10 +41,13 @@ class ServedProducer:
         self._thread = threading.Thread(target=self._poll, name=f"ferry-{role}-poll", daemon=True)
         self._thread.start()
 
-    def acknowledgement(self, timeout_s: float | None = None) -> tuple[asyncio.Future[Acked], OnDelivery]:
+    def acknowledgement(
+        self, timeout_s: float | None = None, delivered: Callable[[], None] | None = None
+    ) -> tuple[asyncio.Future[Acked], OnDelivery]:
         """(On the loop.) A future of one record's acknowledgement, and the delivery callback to
         produce it with; the future raises :class:`TimeoutError` if ``timeout_s`` passes first
-        (:func:`ferry.deadlines.time_out`: no timer of its own)."""
+        (:func:`ferry.deadlines.time_out`: no timer of its own). ``delivered`` runs on the loop
+        once librdkafka has reported the record, also after the future timed out."""
         loop = asyncio.get_running_loop()
         acked: asyncio.Future[Acked] = loop.create_future()
         if timeout_s is not None:
@@ -53,6 +56,8 @@ class ServedProducer:
         def settle(err: KafkaError | None, partition: int, offset: int) -> None:
             if not acked.done():
                 acked.set_result((err, partition, offset))
+            if delivered is not None:
+                delivered()
 
         def on_delivery(err: KafkaError | None, msg: Message) -> None:  # the poll thread
             self.later(loop, settle, err, msg.partition(), msg.offset())

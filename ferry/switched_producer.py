@@ -22,8 +22,8 @@ process's writes in the order they were made, on any broker: a broker may append
 two connections concurrently, and store them in another order than their offsets (the embedded
 broker does).
 
-A write given up on (its acknowledgement timed out) counts as done: the switch may then happen
-while librdkafka still holds it. A held write given up on before its turn is not sent.
+A write is in flight until librdkafka reports it, also when its acknowledgement timed out
+meanwhile. A held write given up on before its turn is not sent.
 """
 
 from __future__ import annotations
@@ -93,12 +93,12 @@ class SwitchedProducer:
                 else:
                     self.active = wanted
         served = self.next or self.active
-        acked, on_delivery = served.acknowledgement(timeout_s)
+        acked, on_delivery = served.acknowledgement(timeout_s, self._delivered)
         if self.next is not None:
             self._held.append((produce, acked, on_delivery))
             return acked
         produce(served.producer, on_delivery)
-        self._sent(acked)
+        self._in_flight += 1
         return acked
 
     def _wanted(self) -> ServedProducer:
@@ -109,11 +109,7 @@ class SwitchedProducer:
             return self.quick
         return self.active
 
-    def _sent(self, acked: asyncio.Future[Acked]) -> None:
-        self._in_flight += 1
-        acked.add_done_callback(self._acknowledged)
-
-    def _acknowledged(self, _: asyncio.Future[Acked]) -> None:
+    def _delivered(self) -> None:
         self._in_flight -= 1
         if self._in_flight or self.next is None:
             return
@@ -127,4 +123,4 @@ class SwitchedProducer:
             except Exception as exc:  # as a write sent at once would have raised it
                 acked.set_exception(exc)
                 continue
-            self._sent(acked)
+            self._in_flight += 1

@@ -36,7 +36,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from ferry import kafka, log, txn
 from ferry.clock import now_ms
-from ferry.deadlines import time_out
 from ferry.errors import FerryError
 from ferry.served_producer import Acked, OnDelivery, ServedProducer
 from ferry.switched_producer import DWELL_S, SwitchedProducer
@@ -155,7 +154,7 @@ class TxnLog:
         producer does for records without a key, KIP-480). ``busy_linger_ms``: a second producer
         with this linger takes the entries while at least ``busy_at`` wait for their
         acknowledgements (:mod:`ferry.switched_producer`, switching at most every
-        ``busy_dwell_s``; None: one producer). A commit's records always go through the first."""
+        ``busy_dwell_s``; None: one producer). A commit's records go as the entries do."""
         self._config = dict(client_config)
         self._sticky_s = sticky_ms / 1000
         self._clock = clock
@@ -402,37 +401,32 @@ class TxnLog:
     async def write_records_async(
         self, txn_id: str, records: list[dict[str, Any]], timeout_s: float = 30.0
     ) -> list[dict[str, Any]]:
-        """:func:`write_records` through this log's producer, without a thread: the poll thread
-        settles one future when the last record is acknowledged."""
-        loop = asyncio.get_running_loop()
-        results: list[dict[str, Any] | None] = [None] * len(records)
-        all_in: asyncio.Future[None] = loop.create_future()
-        left = [len(records)]
-
-        def settle(i: int, result: dict[str, Any]) -> None:
-            results[i] = result
-            left[0] -= 1
-            if left[0] == 0 and not all_in.done():
-                all_in.set_result(None)
-
-        def done(i: int) -> OnDelivery:
-            def on_delivery(err: KafkaError | None, msg: Message) -> None:  # the poll thread
-                answer = {"partition": msg.partition(), "offset": msg.offset()} if err is None else {"error": err.str()}
-                self._served.later(loop, settle, i, answer)
-
-            return on_delivery
-
+        """:func:`write_records` through this log's producers (as its entries go, so only one of
+        them has writes in flight), without a thread: the poll threads settle each record's future."""
+        acks: list[asyncio.Future[Acked]] = []
         for seq, rec in enumerate(records):
             args, kwargs = _record_args(txn_id, seq, rec)
+
+            def produce(
+                producer: Producer, on_delivery: OnDelivery, args: Any = args, kwargs: dict[str, Any] = kwargs
+            ) -> None:
+                producer.produce(*args, **{**kwargs, "on_delivery": on_delivery})
+
             while True:
                 try:
-                    self.producer.produce(*args, on_delivery=done(seq), **kwargs)
+                    acks.append(self._entries.send(produce, timeout_s))
                     break
                 except BufferError:
                     await asyncio.sleep(0.01)  # the poll thread drains the queue
-        if records:
-            with contextlib.suppress(TimeoutError):  # then some results are missing: raised below
-                await time_out(all_in, timeout_s)
+        results: list[dict[str, Any] | None] = []
+        for acked in acks:
+            with contextlib.suppress(Exception):  # then this result is missing: raised below
+                await acked
+            if acked.done() and not acked.cancelled() and acked.exception() is None:
+                err, partition, offset = acked.result()
+                results.append({"partition": partition, "offset": offset} if err is None else {"error": err.str()})
+            else:
+                results.append(None)
         return _all_acknowledged(txn_id, results)
 
     # --- reading ----------------------------------------------------------------------------
