@@ -316,11 +316,11 @@ class GatewaySettings:
     one client at a time did 2.2× the transactions/s of 1 ms, and 256 clients 4–5 % more (two
     interleaved pairs, bench/transactions.py's client)."""
     txn_busy_linger_ms: int = setting("FERRY_TXN_BUSY_LINGER_MS", 2)
-    """The linger of a second producer of the transaction log, which takes its entries while at
-    least ``FERRY_TXN_BUSY_AT`` wait for their acknowledgements (0: no second producer). Entries
-    then travel dozens to a produce request instead of a few: with 2, a gateway did 8–14 % more
-    transactions/s from 8 to 256 clients, the same with one, and the embedded broker spent a third
-    less CPU per transaction (bench/transactions.py's client, one run each, interleaved)."""
+    """The linger of a second producer of the transaction log, which takes its entries (and a
+    commit's records) while at least ``FERRY_TXN_BUSY_AT`` wait for their acknowledgements (0: no
+    second producer). They then travel dozens to a produce request instead of a few: with 2, a
+    gateway did 8–14 % more transactions/s from 8 to 256 clients, the same with one, and the
+    embedded broker spent a third less CPU per transaction (bench/transactions.py's client)."""
     txn_busy_at: int = setting("FERRY_TXN_BUSY_AT", 16)
     """Entries of the transaction log waiting for their acknowledgements from which new ones go
     through the lingering producer (``FERRY_TXN_BUSY_LINGER_MS``); back to the quick one at a
