@@ -228,6 +228,11 @@ class TxnLog:
         """Switches between the two producers so far (0 with one)."""
         return self._entries.switches
 
+    @property
+    def lingering(self) -> bool:
+        """Whether writes go through the lingering producer now (or are held for it)."""
+        return (self._entries.next or self._entries.active) is self._entries.lingering
+
     def close(self) -> None:
         if self._tail is not None:
             self._tail.close()

@@ -491,6 +491,9 @@ async def healthz(gw: Gateway, _: Request, __: str) -> Response:
 
 async def metrics(gw: Gateway, _: Request, __: str) -> Response:
     gw.metrics.in_flight.set(gw.producer.in_flight_bytes)
+    if gw.transactions is not None:
+        gw.metrics.txn_lingering.set(1 if gw.transactions.log.lingering else 0)
+        gw.metrics.txn_switches.set(gw.transactions.log.producer_switches)
     return Response(200, generate_latest(gw.metrics.registry), content_type=CONTENT_TYPE_LATEST)
 
 

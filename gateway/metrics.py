@@ -36,6 +36,16 @@ class GatewayMetrics:
         self.in_flight = Gauge(
             "ferry_gateway_in_flight_bytes", "Bytes sent to Kafka and not yet acknowledged.", registry=self.registry
         )
+        self.txn_lingering = Gauge(
+            "ferry_gateway_txn_log_lingering",
+            "1 while the transaction log's writes go through its lingering producer (FERRY_TXN_BUSY_AT).",
+            registry=self.registry,
+        )
+        self.txn_switches = Gauge(
+            "ferry_gateway_txn_log_switches",
+            "Switches between the transaction log's two producers since start (at most one a second).",
+            registry=self.registry,
+        )
         self.replayed = Counter(
             "ferry_gateway_idempotent_replays",
             "Requests answered from an earlier one (Idempotency-Key).",

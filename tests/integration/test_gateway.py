@@ -394,6 +394,13 @@ def test_transactions_over_http(gateway: ServiceProcess, kafka_bootstrap: str, t
         misspelt = c.post(
             "/api/v1/transactions", json={"records": records, "check_url": "http://127.0.0.1:9/", "timeout": 5000}
         )
+        gauges = {
+            line.split(" ")[0]: float(line.rsplit(" ", 1)[1])
+            for line in c.get("/metrics").text.splitlines()
+            if line.startswith("ferry_gateway_txn_log_")
+        }
+    # One client at a time: every write went out through the quick producer.
+    assert gauges == {"ferry_gateway_txn_log_lingering": 0.0, "ferry_gateway_txn_log_switches": 0.0}, gauges
     assert misspelt.status_code == 400 and misspelt.json()["field"] == "timeout", misspelt.text
     assert committed.status_code == 200 and committed.json()["state"] == "committed"
     assert again.json() == committed.json()
