@@ -229,6 +229,11 @@ class TxnLog:
         return self._entries.switches
 
     @property
+    def writes_outstanding(self) -> int:
+        """Entries and records written and not yet reported by librdkafka, or held for a switch."""
+        return self._entries.outstanding
+
+    @property
     def lingering(self) -> bool:
         """Whether writes go through the lingering producer now (or are held for it)."""
         return (self._entries.next or self._entries.active) is self._entries.lingering

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ferry.worker.backpressure import Gate, next_gate
+from ferry.worker.backpressure import Gate, consume_batch, next_gate
 from ferry.worker.fetch import Batch, Fetcher
 from tests.support.endpoint import EndpointRecorder, Reply
 from tests.support.kafka import create_topic, produce
@@ -44,8 +44,9 @@ class Stats:
 
 
 def fetcher(bootstrap: str, stats: Stats, on_batch: Callable[[Fetcher, Batch], None]) -> Fetcher:
+    """A fetcher taking batches that fit between the hold and ``BOUND``, as the engine sizes them."""
     config = {"bootstrap.servers": bootstrap, "statistics.interval.ms": 100, "stats_cb": stats}
-    return Fetcher(config, f"test-{secrets.token_hex(3)}", on_batch)
+    return Fetcher(config, f"test-{secrets.token_hex(3)}", on_batch, batch_size=consume_batch(BOUND))
 
 
 def test_a_partition_draining_slower_than_its_fetch_is_fetched_once(kafka_bootstrap: str) -> None:

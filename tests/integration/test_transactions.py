@@ -17,6 +17,7 @@ from ferry.gateway.transactions import Transactions
 from ferry.netguard import EndpointPolicy
 from ferry.txnlog import TxnLog, parse_id, write_records
 from tests.support.kafka import create_topic
+from tests.support.wait import until_async
 
 pytestmark = pytest.mark.integration
 
@@ -225,19 +226,23 @@ async def test_a_log_switching_producers_under_load_loses_no_transaction(kafka_b
             return await log.write_records_async(txn_id, records)
 
         ops = Transactions(log, write, EndpointPolicy())
-        slots = asyncio.Semaphore(24)
 
         async def one(i: int) -> str:
-            async with slots:
-                prepared = await ops.prepare(
-                    [Outgoing(topic_name, f"k{i}".encode(), f"v{i}".encode(), [])], "http://127.0.0.1:1/c", None
-                )
-                committed = await ops.commit(prepared["id"], any_topic)
-                assert committed["state"] == "committed", committed
-                return str(prepared["id"])
+            prepared = await ops.prepare(
+                [Outgoing(topic_name, f"k{i}".encode(), f"v{i}".encode(), [])], "http://127.0.0.1:1/c", None
+            )
+            committed = await ops.commit(prepared["id"], any_topic)
+            assert committed["state"] == "committed", committed
+            return str(prepared["id"])
 
-        ids = await asyncio.gather(*(one(i) for i in range(300)))
-        assert log.producer_switches >= 2  # the load went back and forth over the threshold
+        # Waves of 40 at once, each after the last one's writes are all reported: each wave starts
+        # on the quick producer (nothing outstanding) and moves to the lingering one (40 at once).
+        ids: list[str] = []
+        waves = 6
+        for w in range(waves):
+            ids += await asyncio.gather(*(one(w * 40 + i) for i in range(40)))
+            await until_async(lambda: log.writes_outstanding == 0, 30, "the wave's writes to be reported")
+        assert log.producer_switches >= 2 * waves - 1, log.producer_switches
     finally:
         log.close()
     written = read_all(kafka_bootstrap, topic_name, 2)
