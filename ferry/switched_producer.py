@@ -11,13 +11,13 @@ are two producers, and writes switch between them by how many are outstanding.
 
 States::
 
-    quick ──(busy_at writes outstanding)──▶ switching ──(quick's writes acknowledged)──▶ lingering
-      ▲                                                                                  │
-      └── (lingering's writes acknowledged) switching ◀──(idle_at or fewer outstanding)──┘
+    quick ──(busy_at writes outstanding)──▶ switching ──(quick's writes all reported)──▶ lingering
+      ▲                                                                                   │
+      └── (lingering's writes all reported) switching ◀──(idle_at or fewer outstanding)───┘
 
 A switch starts at most once a second (:data:`DWELL_S`). While switching, new writes are held, in
-order, and sent through the next producer once the current one's writes are all acknowledged (or
-given up on). So only one producer has writes in flight at any time, and the log stores this
+order, and sent through the next producer once librdkafka has reported all of the current one's
+writes. So only one producer has writes in flight at any time, and the log stores this
 process's writes in the order they were made, on any broker: a broker may append the requests of
 two connections concurrently, and store them in another order than their offsets (the embedded
 broker does).
@@ -76,7 +76,7 @@ class SwitchedProducer:
 
     @property
     def outstanding(self) -> int:
-        """Writes sent and not yet acknowledged, and writes held."""
+        """Writes sent and not yet reported by librdkafka, and writes held."""
         return self._in_flight + len(self._held)
 
     def send(self, produce: Produce, timeout_s: float) -> asyncio.Future[Acked]:
@@ -100,6 +100,11 @@ class SwitchedProducer:
         produce(served.producer, on_delivery)
         self._in_flight += 1
         return acked
+
+    @property
+    def lingering_now(self) -> bool:
+        """Whether writes go through the lingering producer now (or are held for it)."""
+        return self.lingering is not None and (self.next or self.active) is self.lingering
 
     def _wanted(self) -> ServedProducer:
         n = self.outstanding

@@ -236,7 +236,7 @@ class TxnLog:
     @property
     def lingering(self) -> bool:
         """Whether writes go through the lingering producer now (or are held for it)."""
-        return (self._entries.next or self._entries.active) is self._entries.lingering
+        return self._entries.lingering_now
 
     def close(self) -> None:
         if self._tail is not None:
@@ -432,7 +432,7 @@ class TxnLog:
         for acked in acks:
             with contextlib.suppress(Exception):  # then this result is missing: raised below
                 await acked
-            if acked.done() and not acked.cancelled() and acked.exception() is None:
+            if acked.exception() is None:  # done: awaited above (a cancelled wait raised)
                 err, partition, offset = acked.result()
                 results.append({"partition": partition, "offset": offset} if err is None else {"error": err.str()})
             else:
