@@ -36,6 +36,11 @@ MAX_TRANSACTIONS = 50_000
 MAX_BYTES = 64 * 1024 * 1024
 POLL_S = 0.1
 """How long the following thread waits for a new entry before it looks whether it should stop."""
+PAST_END_WAIT_S = 0.25
+"""How long a reader waits at most for the view to pass an offset at or past the partition's end as
+the view's last fetch saw it. An entry acknowledged since then arrives within a fetch or two; an
+id naming no entry (made up, or from a lost log) would otherwise hold its caller for the whole
+wait before the log is read and it is answered unknown."""
 
 
 class TxnTail:
@@ -54,6 +59,8 @@ class TxnTail:
         """Per partition, the first offset the view holds (known from its first fetch)."""
         self.position: dict[int, int] = {}
         """Per partition, the next offset the view will read: it holds everything below."""
+        self.end: dict[int, int] = {}
+        """Per partition, its end (high watermark) as the view's latest fetch saw it."""
         self._kept: OrderedDict[str, list[tuple[int, bytes]]] = OrderedDict()
         # Async readers waiting for a partition to pass an offset: (partition, need, loop, future).
         self._waiters: list[tuple[int, int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
@@ -76,14 +83,29 @@ class TxnTail:
             except Exception as exc:  # a broken consumer: readers fall back to reading the log
                 _log.warning("txn_tail.consume_failed", topic=self.topic, error=str(exc))
                 continue
+            ends = self._ends()
             if not msgs:
+                with self._cond:
+                    self.end.update(ends)
                 continue
             with self._cond:
+                self.end.update(ends)
                 for m in msgs:
                     self._take(m)
                 self._evict()
                 self._cond.notify_all()
                 self._wake_waiters()
+
+    def _ends(self) -> dict[int, int]:
+        """Each partition's end as the latest fetch saw it (kept by librdkafka; asked from this
+        thread, which is the one consuming)."""
+        ends = {}
+        for p in range(self._partitions):
+            with contextlib.suppress(Exception):  # none known yet
+                _, end = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+                if end >= 0:
+                    ends[p] = end
+        return ends
 
     def _take(self, m: Any) -> None:
         p, offset, err = m.partition(), m.offset(), m.error()
@@ -146,9 +168,16 @@ class TxnTail:
         with self._cond:
             if not self._holds_from(partition, prepare_offset):
                 return None
+            wait_s = self._wait_for(partition, need, wait_s)
             if not self._cond.wait_for(lambda: self.position.get(partition, 0) >= need, wait_s):
                 return None
             return self._kept_up_to(txn_id, up_to)
+
+    def _wait_for(self, partition: int, need: int, wait_s: float) -> float:
+        """How long a reader waits for the view to reach ``need``: :data:`PAST_END_WAIT_S` at most
+        when the partition's end, as the view last fetched it, is not past the offset needed."""
+        end = self.end.get(partition, -1)
+        return min(wait_s, PAST_END_WAIT_S) if 0 <= end < need else wait_s
 
     def _holds_from(self, partition: int, prepare_offset: int) -> bool:
         """(Under the lock.) Whether the view started in time to have read the whole transaction."""
@@ -178,6 +207,7 @@ class TxnTail:
                 return None
             ready = self.position.get(partition, 0) >= need
             if not ready:
+                wait_s = self._wait_for(partition, need, wait_s)
                 loop = asyncio.get_running_loop()
                 fut: asyncio.Future[None] = loop.create_future()
                 self._waiters.append((partition, need, loop, fut))

@@ -183,8 +183,18 @@ class TxnLog:
         self._partitions: int | None = None  # where this process prepares, and its live view follows
         self._readable = 0  # partitions the log was last seen to have (it may have grown since start)
         self._sticky, self._sticky_until = 0, 0.0  # where prepares go now, and until when (monotonic)
+        self.log_reads = 0
+        """Reads of a commit or rollback that the live view could not answer, so the log was read
+        (a prepare from before the view started, one evicted from it, or the view behind). A
+        ``GET`` of a transaction always reads the log."""
         self._counted_at = 0.0  # time.monotonic() of the last count
         self._ensured = threading.Lock()
+
+    def view_started(self, timeout_s: float) -> bool:
+        """Wait (at most ``timeout_s``) until the live view knows where it starts in every
+        partition: from then on it answers for every transaction prepared. True at once without a
+        view; call :meth:`ensure` first."""
+        return self._tail is None or self._tail.started(timeout_s)
 
     def ensure(self) -> int:
         """Create the log topic unless it exists; returns its partition count."""
@@ -544,6 +554,7 @@ class TxnLog:
                     # written, without decoding it (still kept for the decision that follows).
                     return [dict(kept[0])]
                 return [e for e in map(_decode, raw) if e is not None]
+            self.log_reads += 1
         return await asyncio.to_thread(self._read_entries, txn_id, up_to)  # the view already had its wait
 
 

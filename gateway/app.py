@@ -494,6 +494,7 @@ async def metrics(gw: Gateway, _: Request, __: str) -> Response:
     if gw.transactions is not None:
         gw.metrics.txn_lingering.set(1 if gw.transactions.log.lingering else 0)
         gw.metrics.txn_switches.set(gw.transactions.log.producer_switches)
+        gw.metrics.txn_log_reads.set(gw.transactions.log.log_reads)
     return Response(200, generate_latest(gw.metrics.registry), content_type=CONTENT_TYPE_LATEST)
 
 

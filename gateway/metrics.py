@@ -46,6 +46,12 @@ class GatewayMetrics:
             "Switches between the transaction log's two producers since start (at most one a second).",
             registry=self.registry,
         )
+        self.txn_log_reads = Gauge(
+            "ferry_gateway_txn_log_reads",
+            "Commits and rollbacks since start whose transaction the live view could not answer for, so"
+            " the log was read (prepared before this gateway started, evicted from the view, or the view behind).",
+            registry=self.registry,
+        )
         self.replayed = Counter(
             "ferry_gateway_idempotent_replays",
             "Requests answered from an earlier one (Idempotency-Key).",

@@ -75,6 +75,9 @@ def build(settings: Settings) -> Gateway:
     )
 
 
+VIEW_START_WAIT_S = 5.0
+"""How long a start waits for the transaction log's live view to know where it starts in every
+partition (its first fetches, about half a second) before it listens anyway."""
 IO_THREADS = 64
 """Threads for the blocking calls that remain (token lookups, a transaction read from the log
 itself): they must not queue behind each other in the default pool (cores + 4 threads)."""
@@ -91,6 +94,10 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
     await asyncio.to_thread(gw.idempotency.start, loop)
     if gw.transactions is not None:
         await asyncio.to_thread(gw.transactions.log.ensure)
+        # Until the live view knows where it starts, every commit reads the log in a thread (~20 ms
+        # and a reader each): a replica restarted under load would answer its first commits slowly.
+        if not await asyncio.to_thread(gw.transactions.log.view_started, VIEW_START_WAIT_S):
+            _log.warning("gateway.txn_view_not_started", wait_s=VIEW_START_WAIT_S, topic=gw.transactions.log.topic)
     # As the worker does: what start-up built stays out of every collection, and the young
     # generation is collected every 100,000 allocations, not every 700 (a full collection over a
     # busy gateway's objects was a request's whole latency budget).
