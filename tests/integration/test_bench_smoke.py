@@ -126,3 +126,13 @@ def test_bench_saves_the_table_the_page_shows(name: str, tmp_path: Path) -> None
     assert len(doc["columns"]) == len(shown["columns"]) and doc["rows"], doc
     if fixed_labels:
         assert [r[0] for r in doc["rows"]] == [r[0] for r in shown["rows"]], doc
+
+
+def test_fetch_order_bench_accounts_for_every_partition(tmp_path: Path) -> None:
+    lines = bench(tmp_path, "-m", "bench.fetch_order", "--records", "3000", "--partitions", "3", "--keys", "30")
+    assert any(line.startswith("3,000 records in ") for line in lines), lines
+    firsts = next(line for line in lines if line.startswith("first record")).split()[2:]
+    lasts = next(line for line in lines if line.startswith("last record")).split()[2:]
+    assert len(firsts) == len(lasts) == 3, lines
+    assert all(float(f) <= float(t) for f, t in zip(firsts, lasts, strict=True)), lines
+    assert not list(tmp_path.iterdir())  # a probe: nothing saved for docs/BENCHMARKS.md
