@@ -191,6 +191,12 @@ class TxnTail:
             return None  # evicted (it was read: the view is past its prepare)
         return [v for o, v in kept if up_to is None or o <= up_to]
 
+    def end_of(self, partition: int) -> int | None:
+        """The partition's end as the view's latest fetch saw it (None: not known yet). Never past
+        the partition's end, as long as the log is not deleted and made anew."""
+        with self._cond:
+            return self.end.get(partition)
+
     def has_read(self, partition: int, offset: int) -> bool:
         """Whether the view has read past ``offset`` of ``partition``."""
         with self._cond:

@@ -511,12 +511,17 @@ class TxnLog:
 
         tp = (self.topic, txn_id.partition)
         stop = {tp: up_to + 1} if up_to is not None else None
+        # Every entry of the transaction lies at or after its prepare's offset. An id naming an
+        # offset past the end (made up, or from a lost log) is read from the end the live view
+        # last saw instead, which is never past the end: the read ends at once, with nothing.
+        end = self._tail.end_of(txn_id.partition) if self._tail is not None else None
+        start = txn_id.offset if end is None else min(txn_id.offset, end)
         reader = self._reader()
         try:
-            # An id naming an offset past the end (made up, or from a lost log) gets no end from
-            # some brokers: after a second the partition is read from its start instead.
+            # Without an end known, such an offset gets no end from some brokers: after a second
+            # the partition is read from its start instead.
             kafka.read_partitions_to_end(
-                reader, {tp: txn_id.offset}, take, stop_at=stop, timeout_s=self.timeout_s, rewind_after_s=1.0
+                reader, {tp: start}, take, stop_at=stop, timeout_s=self.timeout_s, rewind_after_s=1.0
             )
         except kafka.KafkaUnavailable as exc:
             raise TxnLogError(f"cannot read the transaction log {self.topic!r}: {exc}") from None

@@ -295,3 +295,43 @@ def test_an_idle_live_view_fetches_as_often_as_its_wait_allows(
     finally:
         tail.close()
         tl.close()
+
+
+def test_an_id_past_the_end_is_read_from_the_end_the_view_saw(
+    kafka_bootstrap: str, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A made-up id naming an offset the log never reached: unknown, and the log is read from the
+    partition's end as the live view last fetched it (nothing to read), not from the start of the
+    partition after a second without an end, nor after the view's whole wait."""
+    from ferry import kafka
+
+    viewer = TxnLog({"bootstrap.servers": kafka_bootstrap}, topic=f"{topic_name}-txn", follow=True)
+    viewer.ensure()
+    try:
+        real = viewer.prepare({"records": [], "check_url": "http://x/c", "timeout_ms": 1000})
+        tail = viewer._tail
+        assert tail is not None and tail.started(10)
+        until(lambda: (tail.end_of(real.partition) or 0) > real.offset, timeout_s=10, what="the view's end")
+        end = tail.end_of(real.partition)
+        starts: list[dict[tuple[str, int], int]] = []
+        read = kafka.read_partitions_to_end
+
+        def spy(consumer, starts_, *args, **kwargs):  # type: ignore[no-untyped-def]
+            starts.append(dict(starts_))
+            return read(consumer, starts_, *args, **kwargs)
+
+        monkeypatch.setattr(kafka, "read_partitions_to_end", spy)
+        made_up = TxnId(real.partition, 10_000_000, real.nonce)
+        began = time.monotonic()
+        assert asyncio.run(viewer.read_async(made_up, recent=True)) == (None, None)
+        assert viewer.read(made_up) == (None, None)
+        took_s = time.monotonic() - began
+        assert starts == [{(viewer.topic, real.partition): end}] * 2, starts
+        assert took_s < 4.0, took_s  # the view's whole wait is 5 s
+        # A real id is still read from its prepare.
+        state, _ = viewer.read(real)
+        assert state is not None and state.state == "prepared"
+        assert starts[-1] == {(viewer.topic, real.partition): real.offset}, starts
+        assert viewer.log_reads == 1  # the async read the view could not answer
+    finally:
+        viewer.close()
