@@ -274,6 +274,17 @@ def read_to_end(
             consumer.close()
 
 
+def cached_high_watermark(consumer: Consumer, topic: str, partition: int) -> int | None:
+    """The partition's high watermark as ``consumer``'s latest fetch saw it, without a request;
+    None while none is known. Ask from the thread that consumes: asked from another thread while
+    ``consume()`` ran, librdkafka did not return."""
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+    except Exception:  # no fetch yet, or a closed consumer
+        return None
+    return int(high) if high >= 0 else None
+
+
 def reader(client_config: Mapping[str, Any], role: str = "reader", fetch_wait_ms: int = 10) -> Consumer:
     """A consumer set up for :func:`read_to_end` (never joins a group; stops at partition EOF).
     Kept open between reads, it is left unassigned: :data:`IDLE_LOGS` may watch it. A consumer

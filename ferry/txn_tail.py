@@ -84,12 +84,10 @@ class TxnTail:
                 _log.warning("txn_tail.consume_failed", topic=self.topic, error=str(exc))
                 continue
             ends = self._ends()
-            if not msgs:
-                with self._cond:
-                    self.end.update(ends)
-                continue
             with self._cond:
                 self.end.update(ends)
+                if not msgs:
+                    continue
                 for m in msgs:
                     self._take(m)
                 self._evict()
@@ -97,15 +95,9 @@ class TxnTail:
                 self._wake_waiters()
 
     def _ends(self) -> dict[int, int]:
-        """Each partition's end as the latest fetch saw it (kept by librdkafka; asked from this
-        thread, which is the one consuming)."""
-        ends = {}
-        for p in range(self._partitions):
-            with contextlib.suppress(Exception):  # none known yet
-                _, end = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
-                if end >= 0:
-                    ends[p] = end
-        return ends
+        """Each partition's end as the latest fetch saw it (asked from this thread, which consumes)."""
+        ends = {p: kafka.cached_high_watermark(self._consumer, self.topic, p) for p in range(self._partitions)}
+        return {p: end for p, end in ends.items() if end is not None}
 
     def _take(self, m: Any) -> None:
         p, offset, err = m.partition(), m.offset(), m.error()

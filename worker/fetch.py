@@ -276,12 +276,9 @@ class Fetcher:
                 for topic, p, err in errors:
                     _log.warning("fetch.error", topic=topic, partition=p, error=err.str())
                 for tp in batch.records:
-                    try:
-                        _, hw = consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-                        if hw >= 0:
-                            batch.high_watermarks[tp] = hw
-                    except Exception:  # noqa: S110 - a missing cached watermark only delays the lag figure
-                        pass
+                    hw = kafka.cached_high_watermark(consumer, *tp)
+                    if hw is not None:  # a missing one only delays the lag figure
+                        batch.high_watermarks[tp] = hw
                 assert self._loop is not None
                 self._loop.call_soon_threadsafe(self._hand_over, batch)
         except Exception as exc:
