@@ -388,9 +388,7 @@ def test_transactions_over_http(gateway: ServiceProcess, kafka_bootstrap: str, t
         committed = c.post(f"/api/v1/transactions/{tid}/commit")
         again = c.post(f"/api/v1/transactions/{tid}/commit")
         conflict = c.post(f"/api/v1/transactions/{tid}/rollback")
-        asked_at = time.monotonic()
         missing = c.post("/api/v1/transactions/1.2.0123456789abcdef/commit")
-        missing_s = time.monotonic() - asked_at
         bad_url = c.post("/api/v1/transactions", json={"records": records, "check_url": "http://169.254.169.254/x"})
         bad_topic = c.post("/api/v1/transactions", json={"records": [{"value": 1}], "check_url": "http://127.0.0.1:9/"})
         misspelt = c.post(
@@ -403,14 +401,12 @@ def test_transactions_over_http(gateway: ServiceProcess, kafka_bootstrap: str, t
         }
     # One client at a time: every write went out through the quick producer. The commits came right
     # after the start, and the live view answered for them (the gateway listens once the view has
-    # started); only the unknown id's commit read the log. It did not wait out the view's whole
-    # wait (5 s) for an offset past the partition's end.
+    # started); only the unknown id's commit read the log (how long it waits: test_txnlog.py).
     assert gauges == {
         "ferry_gateway_txn_log_lingering": 0.0,
         "ferry_gateway_txn_log_switches": 0.0,
         "ferry_gateway_txn_log_reads": 1.0,
     }, gauges
-    assert missing_s < 4.0, missing_s
     assert misspelt.status_code == 400 and misspelt.json()["field"] == "timeout", misspelt.text
     assert committed.status_code == 200 and committed.json()["state"] == "committed"
     assert again.json() == committed.json()
