@@ -3,8 +3,10 @@
 Use case: the portal and the gateway both take bearer tokens from any client that can reach them.
 After ``limit`` wrong tokens within ``window_s`` from one address, that address is refused (429,
 ``Retry-After``) for ``block_s``, a right token included, so tokens cannot be guessed at speed.
-States per address: counting failures → blocked → (after ``block_s``) counting again; a right
-token clears the count. Pure: the caller passes the clock.
+States per address: counting failures → blocked → (after ``block_s``) counting again. A right
+token does not clear the count: one client's right tokens (a poller, everyone behind one proxy)
+would otherwise let another client at the same address keep guessing in between. Pure: the
+caller passes the clock.
 """
 
 from __future__ import annotations
@@ -38,6 +40,3 @@ class FailedLogins:
         self._failures[client] = recent
         if len(self._failures) > 10_000:  # bounded memory under a spray of addresses
             self._failures = {c: ts for c, ts in self._failures.items() if ts and now - ts[-1] < self.window_s}
-
-    def succeeded(self, client: str) -> None:
-        self._failures.pop(client, None)

@@ -124,8 +124,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     principal = await asyncio.to_thread(auth.authenticate, token, settings.portal.admin_token, request.app[ENGINE])
     if principal is None:
         limiter.failed(client, now)
-        raise ApiError(401, "invalid or revoked token")
-    limiter.succeeded(client)
+        raise ApiError(401, "invalid or revoked token")  # a right token later does not clear it
     if principal.scope == "produce":
         raise ApiError(403, "a produce token may only write records through the gateway; use a read or admin token")
     if request.method not in ("GET", "HEAD") and not principal.admin:

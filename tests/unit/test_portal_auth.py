@@ -42,9 +42,10 @@ def test_failures_outside_the_window_do_not_count() -> None:
     assert f.blocked_for_s("a", 33.0) == 0
 
 
-def test_success_resets() -> None:
+def test_other_addresses_are_counted_apart() -> None:
     f = FailedLogins(limit=2, window_s=10, block_s=30)
     f.failed("a", 0.0)
-    f.succeeded("a")
-    f.failed("a", 1.0)
-    assert f.blocked_for_s("a", 1.0) == 0
+    f.failed("b", 1.0)
+    assert f.blocked_for_s("a", 1.0) == 0 and f.blocked_for_s("b", 1.0) == 0
+    f.failed("a", 2.0)
+    assert f.blocked_for_s("a", 2.0) == 30.0 and f.blocked_for_s("b", 2.0) == 0  # from its last failure
