@@ -91,7 +91,12 @@ SSTRING: /'(\\.|''|[^'\\])*'/
 %ignore /[ \t\r\n]+/
 """
 
-_PARSER = Lark(GRAMMAR, parser="lalr", maybe_placeholders=False)
+
+@functools.cache
+def _parser() -> Lark:
+    """The grammar's parser, built on the first expression (not at import: most processes that
+    import filters never meet a CESQL one, and building it takes tens of milliseconds)."""
+    return Lark(GRAMMAR, parser="lalr", maybe_placeholders=False)
 
 
 @dataclass(frozen=True)
@@ -155,7 +160,7 @@ def compile(source: str) -> Expression:
     """The compiled expression of ``source`` (raising :class:`CesqlParseError`). Kept for the
     sources seen last: a worker compiles a subscription's filter for each of its partitions."""
     try:
-        tree = _PARSER.parse(source)
+        tree = _parser().parse(source)
     except UnexpectedInput as exc:
         line, column = getattr(exc, "line", 1) or 1, getattr(exc, "column", 1) or 1
         what = "unexpected end of the expression" if getattr(exc, "token", None) == "" else "unexpected input"
