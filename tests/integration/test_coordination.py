@@ -22,8 +22,7 @@ STALL_BOUND_S = 2.0
 """Longest pause of a partition's deliveries across a join or a graceful leave. A fenced handoff
 pauses a partition for ~0.1 s (bench/handoff.py gives the figures); one left to the ZooKeeper
 session timeout would pause it for the session timeout (4 s here). The bound is half of that, so
-it tells the two apart also on a loaded 2-core machine running two test files at once (1.52 s
-seen there)."""
+it tells the two apart also on a loaded 2-core machine running two test files at once."""
 
 
 def balanced(c: Cluster, workers: list[str]) -> bool:
