@@ -30,16 +30,30 @@ UI = tuple[dict[str, Any], Any]
 """A test's ``ferry dev`` state (``state.json``) and its Playwright."""
 
 
-@pytest.fixture()
-def ui(tmp_path: Path) -> Iterator[UI]:
-    """A fresh ``ferry dev`` stack of one worker, and Playwright, for one test: each test changes
-    what the stack holds (tokens, sign-in failures, subscriptions)."""
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Any]:
+    """Playwright for the tests of this file (one per thread: its sync API runs a loop of its own)."""
     if not Path(CHROMIUM).exists():
         missing("Chromium", f"{CHROMIUM} does not exist", "apt-get install chromium, as .ci/run does")
     from playwright.sync_api import sync_playwright
 
-    with DevStack(tmp_path, workers=1) as stack, sync_playwright() as pw:
-        yield stack.state, pw
+    with sync_playwright() as pw:
+        yield pw
+
+
+@pytest.fixture(scope="module")
+def ui(playwright: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UI]:
+    """One ``ferry dev`` stack of one worker for the tests of this file: each makes what it
+    changes under names of its own (tokens, subscriptions, topics), so none sees another's."""
+    with DevStack(tmp_path_factory.mktemp("ui"), workers=1) as stack:
+        yield stack.state, playwright
+
+
+@pytest.fixture()
+def own_ui(playwright: Any, tmp_path: Path) -> Iterator[UI]:
+    """A stack for one test alone: for what would change the others' (a blocked address)."""
+    with DevStack(tmp_path, workers=1) as stack:
+        yield stack.state, playwright
 
 
 def _admin(s: dict[str, Any]) -> dict[str, str]:
@@ -221,10 +235,10 @@ def test_a_dead_letter_is_traced_from_the_keyboard(ui: UI) -> None:
     browser.close()
 
 
-def test_sign_in_says_when_the_address_is_blocked(ui: UI) -> None:
+def test_sign_in_says_when_the_address_is_blocked(own_ui: UI) -> None:
     from playwright.sync_api import expect
 
-    s, pw = ui
+    s, pw = own_ui
     browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
     page = browser.new_page()
     page.goto(s["portal_url"])
