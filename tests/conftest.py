@@ -25,6 +25,41 @@ _SERVICES: list[embedded.ServiceProcess] = []
 MARIADB_ADMIN_URL = os.environ.get("FERRY_TEST_MYSQL_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
 
 
+SLOWEST_FILES = (
+    "tests/integration/test_bench_smoke.py",
+    "tests/spark/test_replay.py",
+    "tests/integration/test_native_sanitized.py",
+    "tests/chaos/test_transactions.py",
+    "tests/integration/test_cli.py",
+    "tests/integration/test_dev.py",
+    "tests/chaos/test_shared_stack.py",
+    "tests/integration/test_coordination_faults.py",
+    "tests/integration/test_zones.py",
+    "tests/integration/test_gateway.py",
+    "tests/browser/test_ui_part2.py",
+    "tests/integration/test_internal_work.py",
+    "tests/integration/test_adaptive.py",
+    "tests/integration/test_coordination.py",
+    "tests/chaos/test_zones.py",
+    "tests/chaos/test_adaptive_collapse.py",
+)
+"""The files that take longest, longest first (``--durations=0`` of a full run, summed per file).
+The full run gives each xdist worker a whole file (``--dist loadfile``) in collection order
+(``--no-loadscope-reorder``), so these go first and the many short files fill in at the end: the
+two workers finish close together instead of one running a long file alone."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
+
+    def slow_first(item: pytest.Item) -> int:
+        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        return rank.get(path, len(rank))
+
+    items.sort(key=slow_first)  # stable: the rest keep their order
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     report = yield
