@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit
 
-from ferry import filters, netguard
+from ferry import netguard
 from ferry.config import CLUSTER_NAME_RE as CLUSTER_RE
 from ferry.config import DEFAULT_KAFKA_CLUSTER
 from ferry.errors import ValidationError
@@ -392,6 +392,8 @@ def parse(
     max_in_flight = _int_in(doc, "max_in_flight", "max_in_flight", 100, 1, 10_000)
     filter_doc = doc.get("filter")
     if filter_doc is not None:
+        from ferry import filters  # its grammar (lark) only for a subscription that has a filter
+
         filters.parse(filter_doc, stored=stored)  # raises ValidationError with the filter's dotted field
     dlq = doc.get("dead_letter_topic", f"{name}.dlq")
     dlq = _topic(dlq, "dead_letter_topic")

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from ferry.errors import FerryError
+
+# httpx's own command line (httpx._main) brings click, rich and pygments when they are installed:
+# a tenth of a second of every `ferry` command, for a command Ferry never runs.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+import httpx  # noqa: E402
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_AUTH, EXIT_CONFLICT, EXIT_UNAVAILABLE = 0, 1, 2, 3, 4, 5, 6
 
