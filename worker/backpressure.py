@@ -40,12 +40,16 @@ above ``RELEASE_AT``, so that a drained partition is open for a while before it 
 RELEASE_AT = 1 / 2
 """Share of the record bound a partition must drain to before its fetch opens again."""
 
-CONSUME_MAX = 2000
+CONSUME_MAX = 1000
 """Records the fetch thread takes from librdkafka at once, at most. Each batch costs the event loop
-a wake-up and a pass over the partitions it holds, and costs the fetch thread a hand-over: at 2,000
-instead of 500, batch push did 5–9 % more records/s (bench/batch.py, interleaved runs). What one
-batch holds in bytes is bounded by librdkafka's queue (``queued.max.messages.kbytes``); a quiet
-topic's batch is whatever arrived within the consume timeout, as before."""
+a wake-up and a pass over the partitions it holds, and costs the fetch thread a hand-over; but
+while the thread turns a batch into records it holds the GIL throughout (about 1 µs a record), and
+the event loop, answering the pushes, waits. With ``ordering`` ``partition`` a partition has one
+batch in flight, so that wait is lost throughput: 1,000 did 5–10 % more records/s than 2,000 there
+and was as fast with ``key`` and ``none``; 500 lost 10 % with ``none`` (bench/batch.py, series of
+five). What one batch holds in bytes is bounded by librdkafka's queue
+(``queued.max.messages.kbytes``); a quiet topic's batch is whatever arrived within the consume
+timeout, as before."""
 
 
 def next_gate(gate: Gate, records: int, size: int, max_records: int, max_bytes: int) -> Gate:

@@ -55,7 +55,18 @@ def test_a_fill_and_drain_cycle_passes_every_state_once() -> None:
 
 @pytest.mark.parametrize(
     ("max_records", "batch"),
-    [(20_000, 2000), (5334, 2000), (2000, 750), (1334, 500), (1000, 375), (200, 75), (50, 18), (2, 1), (1, 1)],
+    [
+        (20_000, 1000),
+        (5334, 1000),
+        (2667, 1000),
+        (2000, 750),
+        (1334, 500),
+        (1000, 375),
+        (200, 75),
+        (50, 18),
+        (2, 1),
+        (1, 1),
+    ],
 )
 def test_a_consumed_batch_fits_between_the_hold_and_the_bound(max_records: int, batch: int) -> None:
     assert consume_batch(max_records) == batch
