@@ -17,8 +17,6 @@ request machinery was ~60 % of the worker's time). This client does only what pu
   included), so a huge or endless header block costs bounded memory and fails fast;
 - a kept-alive connection that turns out closed before any answer byte (the endpoint closed it
   while idle) is retried once on a fresh connection, so an idle-close race costs no attempt;
-- a large request on a plain TCP connection is written with the GIL released
-  (:data:`WRITE_THROUGH_MIN`), so the fetch thread runs while the kernel sends a batch body;
 - any parse error, reset or timeout closes the connection and raises :class:`PushError`; a
   connection dropped with request bytes still unsent (the endpoint answered early and stopped
   reading) is aborted, not flushed, so it cannot linger.
@@ -27,7 +25,6 @@ request machinery was ~60 % of the worker's time). This client does only what pu
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
 import time
 from collections import deque
@@ -41,13 +38,6 @@ from ferry.errors import FerryError
 from ferry.netguard import EndpointPolicy
 
 MAX_HEAD_BYTES = 64 * 1024
-WRITE_THROUGH_MIN = 16 * 1024
-"""A request at least this large on a plain TCP connection with nothing queued is written with
-``os.write``, which releases the GIL for the system call; uvloop's own write holds it. On loopback
-and fast links the kernel's send path for a batch body (tens of KB) is long enough that holding the
-GIL through it stalled the fetch thread (bench/batch.py: a fifth of the worker's GIL time was in
-``write``). Smaller requests go through the transport: for them giving the GIL up and taking it
-back costs more than the write."""
 
 
 class PushError(FerryError):
@@ -150,14 +140,10 @@ class _Conn(asyncio.Protocol):
         self.idle_since = 0.0
         self.head_bytes = 0  # bytes received while the current request still waits for its answer
         self.answered_bytes = False  # any byte received since the current request was sent
-        self.fd = -1  # the socket's descriptor, on a plain TCP connection (see WRITE_THROUGH_MIN)
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        sock = transport.get_extra_info("socket")
-        if sock is not None and transport.get_extra_info("sslcontext") is None:
-            self.fd = sock.fileno()
 
     def data_received(self, data: bytes) -> None:
         if self.complete and (self.waiter is None or self.waiter.done()):
@@ -239,25 +225,8 @@ class _Conn(asyncio.Protocol):
         self.complete = False
         self.head_bytes = 0
         self.answered_bytes = False
-        if self.fd >= 0 and len(data) >= WRITE_THROUGH_MIN:
-            data = self._write_through(data)
-            if not data:
-                return self.waiter
         self.transport.write(data)
         return self.waiter
-
-    def _write_through(self, data: bytes) -> bytes:
-        """Write what the socket takes now without the GIL; return the rest for the transport.
-        Only while the transport has nothing queued, so bytes never go out of order; an error is
-        left for the transport's own write to raise and report."""
-        assert self.transport is not None
-        if self.transport.is_closing() or self.transport.get_write_buffer_size():
-            return data
-        try:
-            n = os.write(self.fd, data)
-        except OSError:  # would block (the transport waits for the socket), or failed
-            return data
-        return data[n:] if n < len(data) else b""
 
     def reusable(self) -> bool:
         return not self.closed and self.complete and self.keep_alive
