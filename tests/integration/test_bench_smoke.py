@@ -139,3 +139,14 @@ def test_fetch_order_bench_accounts_for_every_partition(tmp_path: Path) -> None:
     assert len(firsts) == len(lasts) == 3, lines
     assert all(float(f) <= float(t) for f, t in zip(firsts, lasts, strict=True)), lines
     assert not list(tmp_path.iterdir())  # a probe: nothing saved for docs/BENCHMARKS.md
+
+
+def test_consume_cost_bench_measures_every_size(tmp_path: Path) -> None:
+    lines = bench(tmp_path, "-m", "bench.consume_cost", "--records", "3000", "--rounds", "2", "--sizes", "10,1000")
+    rows = {line.split()[0]: line.split() for line in lines if line.strip()[:1].isdigit() and "µs" not in line}
+    assert set(rows) >= {"10", "1000"}, lines
+    for row in (rows["10"], rows["1000"]):
+        consume_us, build_us, total_us = map(float, row[1:4])
+        assert consume_us > 0 and build_us > 0 and abs(consume_us + build_us - total_us) < 0.02, row
+        assert len(row[4:]) == 2, row  # one total per round
+    assert not list(tmp_path.iterdir())  # a probe: nothing saved for docs/BENCHMARKS.md
