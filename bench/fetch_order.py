@@ -5,11 +5,12 @@ Run: python3 -m bench.fetch_order [--records 500000] [--partitions 12] [--work-u
 A worker pushing with ``ordering=partition`` keeps at most one batch per partition in flight, so
 it is only as busy as the number of partitions it has records of. This consumes the backlog
 bench/batch.py makes (same records, keys and partitions) with the settings of the worker's fetch
-thread (ferry/worker/fetch.py: consume up to 1,000 at a time, librdkafka's queue and fetch sizes
-as the worker sets them), spending ``--work-us`` of CPU per record as the worker would, and prints
-for every partition when its first and its last record arrived, and how many partitions brought
-records in each quarter of a second. ``--kafka-config`` overrides librdkafka settings (for
-example ``'{"fetch.message.max.bytes": 65536}'``). The broker is a fresh embedded one.
+thread (ferry/worker/fetch.py: consume up to ``CONSUME_MAX`` at a time, librdkafka's queue and
+fetch sizes as the worker sets them), spending ``--work-us`` of CPU per record as the worker
+would, and prints for every partition when its first and its last record arrived, and how many
+partitions brought records in each quarter of a second. ``--kafka-config`` overrides librdkafka
+settings (for example ``'{"fetch.message.max.bytes": 65536}'``). The broker is a fresh embedded
+one.
 """
 
 from __future__ import annotations

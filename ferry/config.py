@@ -246,6 +246,10 @@ class WorkerSettings:
     prefetch_budget_bytes: int = setting("FERRY_PREFETCH_BUDGET_BYTES", 128 * 1024 * 1024)
     """Bytes fetched ahead by the whole worker: each partition's bound is at most this divided by
     the partitions the worker owns (never below 64 KiB), so memory does not grow with them."""
+    fetch_batch_records: int = setting("FERRY_FETCH_BATCH_RECORDS", 250)
+    """Records the fetch thread takes from librdkafka at once, at most (never more than 3/8 of a
+    partition's record bound). It holds the GIL while it turns them into records, and the event
+    loop waits meanwhile; see "Backpressure" below."""
 
     native: bool = setting("FERRY_NATIVE", True)
     """Use the C speedups when they are built (the worker's, and the gateway's too); ``false`` runs
@@ -449,6 +453,7 @@ def _validate(s: Settings) -> None:
     positive("FERRY_PREFETCH_BYTES", s.worker.prefetch_bytes)
     positive("FERRY_PREFETCH_BUDGET_BYTES", s.worker.prefetch_budget_bytes)
     positive("FERRY_PREFETCH_BUDGET_RECORDS", s.worker.prefetch_budget_records)
+    positive("FERRY_FETCH_BATCH_RECORDS", s.worker.fetch_batch_records)
     positive("FERRY_SUBSCRIPTION_POLL_MS", s.coordinator.subscription_poll_ms)
     positive("FERRY_TOPIC_POLL_MS", s.coordinator.topic_poll_ms)
     positive("FERRY_MAX_BODY_BYTES", s.portal.max_body_bytes)

@@ -40,16 +40,18 @@ above ``RELEASE_AT``, so that a drained partition is open for a while before it 
 RELEASE_AT = 1 / 2
 """Share of the record bound a partition must drain to before its fetch opens again."""
 
-CONSUME_MAX = 1000
-"""Records the fetch thread takes from librdkafka at once, at most. Each batch costs the event loop
-a wake-up and a pass over the partitions it holds, and costs the fetch thread a hand-over; but
-while the thread turns a batch into records it holds the GIL throughout (about 1 µs a record), and
-the event loop, answering the pushes, waits. With ``ordering`` ``partition`` a partition has one
-batch in flight, so that wait is lost throughput: 1,000 did 5–10 % more records/s than 2,000 there
-and was as fast with ``key`` and ``none``; 500 lost 10 % with ``none`` (bench/batch.py, series of
-five). What one batch holds in bytes is bounded by librdkafka's queue
+CONSUME_MAX = 250
+"""Records the fetch thread takes from librdkafka at once, at most, unless
+``FERRY_FETCH_BATCH_RECORDS`` says otherwise. Each batch costs the event loop a wake-up and a pass
+over the partitions it holds, and costs the fetch thread a hand-over; but while the thread turns a
+batch into records it holds the GIL throughout (about 1 µs a record), and the event loop, answering
+the pushes, waits. With ``ordering`` ``partition`` a partition has one batch in flight, so that
+wait is lost throughput. In bench/batch.py runs (1,000,000 records, a 2-core AMD EPYC machine)
+250 did about a fifth more records/s than 1,000 with ``ordering`` ``key`` and ``none``, and as
+well with ``partition``; 2,000 costs more CPU per record than either (python3 -m
+bench.consume_cost). What one batch holds in bytes is bounded by librdkafka's queue
 (``queued.max.messages.kbytes``); a quiet topic's batch is whatever arrived within the consume
-timeout, as before."""
+timeout."""
 
 
 def next_gate(gate: Gate, records: int, size: int, max_records: int, max_bytes: int) -> Gate:
@@ -63,10 +65,11 @@ def next_gate(gate: Gate, records: int, size: int, max_records: int, max_bytes: 
     return gate
 
 
-def consume_batch(max_records: int) -> int:
-    """How many records the fetch thread may take at once for partitions bounded at ``max_records``.
+def consume_batch(max_records: int, most: int = CONSUME_MAX) -> int:
+    """How many records the fetch thread may take at once (at most ``most``) for partitions
+    bounded at ``max_records``.
 
     The thread hands the loop one batch at a time, so a partition that holds may still receive the
     batch under way: all of it, if the batch is that partition's. Below the room between the hold
     and the bound, a lone filling partition holds and is never paused."""
-    return max(1, min(CONSUME_MAX, int(max_records * (1 - HOLD_AT))))
+    return max(1, min(most, int(max_records * (1 - HOLD_AT))))

@@ -233,7 +233,7 @@ class Engine:
         ctx.prefetch_bytes = prefetch_bytes_per_partition(w.prefetch_bytes, w.prefetch_budget_bytes, owned)
         ctx.prefetch_records = prefetch_records_per_partition(w.prefetch_records, w.prefetch_budget_records, owned)
         # A fetcher's batch must stay below the room between a partition's hold and its bound.
-        batch = consume_batch(ctx.prefetch_records)
+        batch = consume_batch(ctx.prefetch_records, w.fetch_batch_records)
         for clients in self._clusters.values():
             for f in (*clients.fetchers, *clients.internal_fetchers):
                 f.batch_size = batch
@@ -250,7 +250,7 @@ class Engine:
                 return f
         where = "" if clients.name == DEFAULT_CLUSTER else f"{clients.name}-"
         name = f"{self.worker_id}-{where}{'internal-' if internal else ''}{len(pool)}"
-        batch = consume_batch(self._ctx.prefetch_records)
+        batch = consume_batch(self._ctx.prefetch_records, self.settings.worker.fetch_batch_records)
         f = Fetcher(clients.fetch_config(internal=internal), name, self._on_batch, batch_size=batch)
         f.start(asyncio.get_running_loop())
         pool.append(f)

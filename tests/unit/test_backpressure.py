@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ferry.worker.backpressure import Gate, consume_batch, next_gate
+from ferry import config
+from ferry.errors import ConfigError
+from ferry.worker.backpressure import CONSUME_MAX, Gate, consume_batch, next_gate
 
 OPEN, HELD, PAUSED = Gate.OPEN, Gate.HELD, Gate.PAUSED
 MAX_RECORDS, MAX_BYTES = 2000, 1_000_000
@@ -54,23 +56,33 @@ def test_a_fill_and_drain_cycle_passes_every_state_once() -> None:
 
 
 @pytest.mark.parametrize(
-    ("max_records", "batch"),
+    ("max_records", "most", "batch"),
     [
-        (20_000, 1000),
-        (5334, 1000),
-        (2667, 1000),
-        (2000, 750),
-        (1334, 500),
-        (1000, 375),
-        (200, 75),
-        (50, 18),
-        (2, 1),
-        (1, 1),
+        (20_000, CONSUME_MAX, 250),
+        (1000, CONSUME_MAX, 250),
+        (666, CONSUME_MAX, 249),
+        (200, CONSUME_MAX, 75),
+        (50, CONSUME_MAX, 18),
+        (2, CONSUME_MAX, 1),
+        (1, CONSUME_MAX, 1),
+        (20_000, 1000, 1000),  # FERRY_FETCH_BATCH_RECORDS raised
+        (5334, 1000, 1000),
+        (2667, 1000, 1000),
+        (2000, 1000, 750),
+        (1334, 1000, 500),
+        (20_000, 1, 1),
     ],
 )
-def test_a_consumed_batch_fits_between_the_hold_and_the_bound(max_records: int, batch: int) -> None:
-    assert consume_batch(max_records) == batch
+def test_a_consumed_batch_fits_between_the_hold_and_the_bound(max_records: int, most: int, batch: int) -> None:
+    assert consume_batch(max_records, most) == batch
     # A partition just under its hold level that receives the whole batch stays under its bound.
     hold_level = -(-max_records * 5 // 8) - 1  # the most records that do not hold yet
     if max_records > 2:
         assert next_gate(Gate.OPEN, hold_level + batch, 0, max_records, 1 << 40) is not Gate.PAUSED
+
+
+def test_the_batch_setting_defaults_to_the_fetchers_default() -> None:
+    assert config.load(env={}).worker.fetch_batch_records == CONSUME_MAX
+    assert config.load(env={"FERRY_FETCH_BATCH_RECORDS": "1000"}).worker.fetch_batch_records == 1000
+    with pytest.raises(ConfigError, match="FERRY_FETCH_BATCH_RECORDS"):
+        config.load(env={"FERRY_FETCH_BATCH_RECORDS": "0"})
