@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from ferry import config
@@ -10,6 +12,7 @@ from ferry.worker.backpressure import CONSUME_MAX, HOLD_AT, consume_batch
 from ferry.worker.engine import (
     MIN_PREFETCH_BYTES,
     MIN_PREFETCH_RECORDS,
+    Engine,
     prefetch_bytes_per_partition,
     prefetch_records_per_partition,
 )
@@ -71,3 +74,16 @@ def test_record_settings() -> None:
     assert loaded.prefetch_budget_records == 5000
     with pytest.raises(ConfigError, match="FERRY_PREFETCH_BUDGET_RECORDS"):
         config.load(env={"FERRY_PREFETCH_BUDGET_RECORDS": "0"})
+
+
+@pytest.mark.parametrize(("setting", "expect"), [("40", 40), ("100000", 7500)])
+def test_the_engine_gives_its_fetchers_the_batch_setting(setting: str, expect: int) -> None:
+    """``FERRY_FETCH_BATCH_RECORDS`` reaches every fetcher, below the room of a partition's bound
+    (one owned partition: the 20,000-record setting, 3/8 of it 7,500)."""
+    engine = Engine(config.load(env={"FERRY_FETCH_BATCH_RECORDS": setting}), "w-batch")
+    fetchers = [SimpleNamespace(batch_size=0), SimpleNamespace(batch_size=0)]
+    engine._clusters["default"] = SimpleNamespace(fetchers=fetchers[:1], internal_fetchers=fetchers[1:])  # type: ignore[assignment]
+    engine._ctx = SimpleNamespace(prefetch_records=0, prefetch_bytes=0)  # type: ignore[assignment]  # set by start()
+    engine.expect(1)
+    engine._owned_changed()
+    assert [f.batch_size for f in fetchers] == [expect, expect]
