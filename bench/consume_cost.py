@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import deque
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -28,7 +29,7 @@ from confluent_kafka import Consumer, TopicPartition
 from bench.batch import produce
 from ferry.devstack import embedded
 from ferry.worker.backpressure import CONSUME_MAX
-from ferry.worker.fetch import FETCH_PARTITION_BYTES, FETCH_TOTAL_BYTES, QUEUED_MAX_KBYTES, Headers, build_batch
+from ferry.worker.fetch import Headers, build_batch, fetch_config
 
 KEEP_RECORDS = 20_000
 """Records kept alive after building, as a worker's windows hold them until they are pushed."""
@@ -36,21 +37,10 @@ KEEP_RECORDS = 20_000
 
 def drain(bootstrap: str, topic: str, partitions: int, n: int, size: int, group: str) -> tuple[float, float]:
     """Consume ``n`` records ``size`` at a time: (consume, build) CPU µs per record of this thread."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.queue.backoff.ms": 10,
-            "fetch.message.max.bytes": FETCH_PARTITION_BYTES,
-            "fetch.max.bytes": FETCH_TOTAL_BYTES,
-            "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
-        }
-    )
+    consumer = Consumer(fetch_config({"bootstrap.servers": bootstrap}, group))
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     header_sets: dict[Headers, Headers] = {}
-    kept: list[object] = []
+    kept: deque[object] = deque(maxlen=max(1, KEEP_RECORDS // size))
     consume_s = build_s = 0.0
     got = 0
     deadline = time.monotonic() + 300
@@ -67,8 +57,6 @@ def drain(bootstrap: str, topic: str, partitions: int, n: int, size: int, group:
             build_s += t2 - t1
             got += sum(len(v) for v in built[0].values())
             kept.append(built)
-            while len(kept) * size > KEEP_RECORDS:
-                kept.pop(0)
     finally:
         consumer.close()
     if got < n:

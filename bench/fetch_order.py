@@ -29,24 +29,13 @@ from confluent_kafka import Consumer, TopicPartition
 from bench.batch import produce
 from ferry.devstack import embedded
 from ferry.worker.backpressure import CONSUME_MAX
-from ferry.worker.fetch import FETCH_PARTITION_BYTES, FETCH_TOTAL_BYTES, QUEUED_MAX_KBYTES
+from ferry.worker.fetch import fetch_config
 
 SLICE_S = 0.25
 
 
 def consume(bootstrap: str, topic: str, partitions: int, n: int, work_us: float, extra: dict[str, object]) -> None:
-    cfg: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
-        "group.id": "fetch-order",
-        "enable.auto.commit": False,
-        "enable.partition.eof": False,
-        "fetch.queue.backoff.ms": 10,
-        "fetch.message.max.bytes": FETCH_PARTITION_BYTES,
-        "fetch.max.bytes": FETCH_TOTAL_BYTES,
-        "queued.max.messages.kbytes": QUEUED_MAX_KBYTES,
-        **extra,
-    }
-    consumer = Consumer(cfg)
+    consumer = Consumer(fetch_config({"bootstrap.servers": bootstrap, **extra}, "fetch-order"))
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     first: list[float | None] = [None] * partitions
     last = [0.0] * partitions

@@ -121,35 +121,43 @@ def _native_call(build: Callable[..., Built], msgs: Sequence[Message], header_se
 build_batch = _native_build() or build_batch_py
 
 
+def fetch_config(client_config: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """A fetcher's librdkafka settings: ``client_config`` plus what the fetch thread relies on
+    (no group, no auto commit, partition EOF events) and its queue and fetch sizes where
+    ``client_config`` does not set them. The benches that stand for the fetch thread use it too."""
+    cfg = dict(client_config)
+    cfg.update(
+        {
+            "group.id": cfg.get("group.id", f"ferry.fetch.{name}"),
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            # librdkafka's 1 s default leaves the local queue empty under per-record work.
+            "fetch.queue.backoff.ms": cfg.get("fetch.queue.backoff.ms", 10),
+            # Bytes one fetch may bring per partition (librdkafka's 1 MB; a larger record is
+            # still fetched whole) and in all (librdkafka: 50 MB). A hold or pause acts only
+            # after fetches already under way arrived, so what they bring overshoots the
+            # prefetch bound: the total cap keeps that to 8 MB a fetch however many partitions
+            # there are (1,000 partitions × 1 MB, uncapped, took in every record whatever the
+            # bound; bench/memory.py). Small per-partition fetches cost the broker more fetches
+            # per record: at 64 KB it spent about half as much again per record (bench/batch.py).
+            "fetch.message.max.bytes": cfg.get("fetch.message.max.bytes", FETCH_PARTITION_BYTES),
+            "fetch.max.bytes": cfg.get("fetch.max.bytes", FETCH_TOTAL_BYTES),
+            # What librdkafka keeps fetched ahead for this consumer (librdkafka: 64 MB). The
+            # queue fills while every partition holds, so this is what a fetcher holds beyond
+            # the partitions' own prefetch bounds.
+            "queued.max.messages.kbytes": cfg.get("queued.max.messages.kbytes", QUEUED_MAX_KBYTES),
+        }
+    )
+    return cfg
+
+
 class Fetcher:
     def __init__(
         self, client_config: Mapping[str, Any], name: str, on_batch: OnBatch, batch_size: int = CONSUME_MAX
     ) -> None:
-        cfg = dict(client_config)
-        cfg.update(
-            {
-                "group.id": cfg.get("group.id", f"ferry.fetch.{name}"),
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                # librdkafka's 1 s default leaves the local queue empty under per-record work.
-                "fetch.queue.backoff.ms": cfg.get("fetch.queue.backoff.ms", 10),
-                # Bytes one fetch may bring per partition (librdkafka's 1 MB; a larger record is
-                # still fetched whole) and in all (librdkafka: 50 MB). A hold or pause acts only
-                # after fetches already under way arrived, so what they bring overshoots the
-                # prefetch bound: the total cap keeps that to 8 MB a fetch however many partitions
-                # there are (1,000 partitions × 1 MB, uncapped, took in every record whatever the
-                # bound; bench/memory.py). Small per-partition fetches cost the broker more fetches
-                # per record: at 64 KB it spent about half as much again per record (bench/batch.py).
-                "fetch.message.max.bytes": cfg.get("fetch.message.max.bytes", FETCH_PARTITION_BYTES),
-                "fetch.max.bytes": cfg.get("fetch.max.bytes", FETCH_TOTAL_BYTES),
-                # What librdkafka keeps fetched ahead for this consumer (librdkafka: 64 MB). The
-                # queue fills while every partition holds, so this is what a fetcher holds beyond
-                # the partitions' own prefetch bounds.
-                "queued.max.messages.kbytes": cfg.get("queued.max.messages.kbytes", QUEUED_MAX_KBYTES),
-            }
-        )
+        cfg = fetch_config(client_config, name)
         self._cfg = cfg
         self.name = name
         self._on_batch = on_batch
