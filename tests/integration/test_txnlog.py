@@ -102,7 +102,9 @@ def test_the_live_view_answers_for_what_it_saw_and_defers_the_rest(
 ) -> None:
     cfg = {"bootstrap.servers": kafka_bootstrap}
     topic = f"{topic_name}-txn"
-    plain = TxnLog(cfg, topic=topic)
+    # Every prepare in one partition, so that the view reads them in the order they were made (it
+    # evicts the one it read first; from several partitions it may read the first one last).
+    plain = TxnLog(cfg, topic=topic, sticky_ms=600_000)
     plain.ensure()
     before = plain.prepare({"records": [], "check_url": "http://x/c", "timeout_ms": 1000})
     monkeypatch.setattr(txn_tail, "MAX_TRANSACTIONS", 3)
