@@ -151,11 +151,41 @@ def committed_results(logged: Any) -> list[dict[str, Any]] | None:
 def fold(entries: list[dict[str, Any]]) -> dict[str, Txn]:
     """Every transaction of a log partition, from its entries in log order."""
     out: dict[str, Txn] = {}
-    for entry in entries:
-        after = apply(out.get(entry["id"]), entry)
-        if after is not None:
-            out[entry["id"]] = after
+    for shared in entries:
+        for entry in expand(shared):
+            after = apply(out.get(entry["id"]), entry)
+            if after is not None:
+                out[entry["id"]] = after
     return out
+
+
+def expand(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The entries one log entry stands for, one per transaction: a ``committed`` entry may carry,
+    beside its own transaction's results, those of other transactions of its partition committed
+    at the same time (``more``: id → results), so that one write logs them all."""
+    more = entry.get("more") if entry.get("kind") == "committed" else None
+    if not isinstance(more, dict) or not more:
+        return [entry]
+    out = [{k: v for k, v in entry.items() if k != "more"}]
+    out.extend(_committed(txn_id, results, entry) for txn_id, results in more.items() if isinstance(txn_id, str))
+    return out
+
+
+def concerning(entry: dict[str, Any], txn_id: str) -> dict[str, Any] | None:
+    """The entry as it concerns ``txn_id``: itself when it is that transaction's (or names none, as a
+    prepare read back by its position), that transaction's part of a shared ``committed`` entry
+    (:func:`expand`), else None."""
+    own = entry.get("id", txn_id)
+    if own == txn_id:
+        return entry if "more" not in entry else expand(entry)[0]
+    more = entry.get("more") if entry.get("kind") == "committed" else None
+    if isinstance(more, dict) and txn_id in more:
+        return _committed(txn_id, more[txn_id], entry)
+    return None
+
+
+def _committed(txn_id: str, results: Any, shared: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "committed", "id": txn_id, "results": results, "ts": shared.get("ts")}
 
 
 Answer = Literal["append", "same", "finish"]

@@ -111,14 +111,21 @@ class TxnTail:
         key, value = m.key(), m.value()
         if not key or value is None:
             return
-        # A prepare is keyed by its nonce (its id is partition.offset.nonce); later entries by the id.
+        # A prepare is keyed by its nonce (its id is partition.offset.nonce); later entries by the
+        # id; a `committed` entry shared by several transactions by all their ids (ferry.txn_committed).
         text = key.decode("ascii", "replace")
-        txn_id = text if "." in text else f"{p}.{offset}.{text}"
+        if " " in text:
+            for txn_id in text.split(" "):
+                self._keep(txn_id, offset, value)
+        else:
+            self._keep(text if "." in text else f"{p}.{offset}.{text}", offset, value)
+
+    def _keep(self, txn_id: str, offset: int, value: bytes) -> None:
         kept = self._kept.get(txn_id)
         if kept is None:
             kept = self._kept[txn_id] = []
         kept.append((offset, value))
-        self._bytes += len(value)
+        self._bytes += len(value)  # a shared entry once per transaction, as eviction takes it back
 
     def _evict(self) -> None:
         while self._kept and (len(self._kept) > MAX_TRANSACTIONS or self._bytes > MAX_BYTES):

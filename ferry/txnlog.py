@@ -39,6 +39,7 @@ from ferry.clock import now_ms
 from ferry.errors import FerryError
 from ferry.served_producer import Acked, OnDelivery, ServedProducer
 from ferry.switched_producer import DWELL_S, SwitchedProducer
+from ferry.txn_committed import CommittedWriter
 from ferry.txn_tail import TxnTail
 
 _log = log.get_logger(__name__)
@@ -174,6 +175,7 @@ class TxnLog:
                 {**self._config, "enable.idempotence": True, "acks": "all", "linger.ms": busy_linger_ms}, "txn-log-busy"
             )
         self._entries = SwitchedProducer(self._served, busy, busy_at, busy_at // 4, busy_dwell_s)
+        self._committed = CommittedWriter(self._soon)
         self._own: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()  # id -> (prepare, size)
         self._own_bytes = 0
         # Reads run in parallel, each on a reader of its own (at most READERS, made when needed).
@@ -244,11 +246,23 @@ class TxnLog:
         return self._entries.outstanding
 
     @property
+    def committed_entries(self) -> int:
+        """``committed`` entries this process queued through :meth:`committed_soon`."""
+        return self._committed.entries
+
+    @property
+    def committed_transactions(self) -> int:
+        """Transactions those entries hold (more than the entries under load)."""
+        return self._committed.transactions
+
+    @property
     def lingering(self) -> bool:
         """Whether writes go through the lingering producer now (or are held for it)."""
         return self._entries.lingering_now
 
     def close(self) -> None:
+        """Flush what the producers hold and close (blocking; :meth:`flush_committed` first, on the
+        loop, or ``committed`` entries still waiting for the one in flight are not written)."""
         if self._tail is not None:
             self._tail.close()
         self._served.close(self.timeout_s)
@@ -330,7 +344,22 @@ class TxnLog:
         """:meth:`append_async` for a caller that need not wait: the entry is queued in the producer
         before this returns (a graceful close flushes it), and the future gives its offset (or
         :class:`TxnLogError`)."""
-        acked, size = self._queue(txn_id.partition, str(txn_id).encode(), {**entry, "id": str(txn_id)})
+        return self._soon(txn_id.partition, str(txn_id).encode(), {**entry, "id": str(txn_id)})
+
+    def committed_soon(self, txn_id: TxnId, results: list[dict[str, Any]]) -> asyncio.Future[int]:
+        """(On the loop.) Log that ``txn_id`` is committed with ``results``, in one entry with the
+        other transactions of its partition committed while the previous such entry was in flight
+        (:mod:`ferry.txn_committed`); the future of that entry's offset (or :class:`TxnLogError`).
+        Call :meth:`flush_committed` before :meth:`close`."""
+        return self._committed.add(txn_id.partition, str(txn_id), results)
+
+    def flush_committed(self) -> None:
+        """(On the loop.) Queue every ``committed`` entry still waiting for the one before it, so
+        that closing the producers writes them."""
+        self._committed.flush()
+
+    def _soon(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> asyncio.Future[int]:
+        acked, size = self._queue(partition, key, entry)
         logged: asyncio.Future[int] = acked.get_loop().create_future()
 
         def settle(_: asyncio.Future[Acked]) -> None:
@@ -503,11 +532,13 @@ class TxnLog:
             # offset) and its later entries (keyed by its id). The rest of the partition is other
             # transactions' entries, prepares with all their records among them.
             key = msg.key()
-            if key != later_key and not (key == prepare_key and msg.offset() == txn_id.offset):
+            ours = key == later_key or (key == prepare_key and msg.offset() == txn_id.offset)
+            if not ours and not _shared_by(key, later_key):
                 return
             entry = entry_of(msg)
-            if entry is not None and entry["id"] == me:
-                entries.append(entry)
+            mine = txn.concerning(entry, me) if entry is not None else None
+            if mine is not None:
+                entries.append(mine)
 
         tp = (self.topic, txn_id.partition)
         stop = {tp: up_to + 1} if up_to is not None else None
@@ -563,6 +594,13 @@ class TxnLog:
         return await asyncio.to_thread(self._read_entries, txn_id, up_to)  # the view already had its wait
 
 
+def _shared_by(key: bytes | None, txn_key: bytes) -> bool:
+    """Whether an entry's key names the transaction among others (a shared ``committed`` entry)."""
+    if not key or txn_key not in key:
+        return False
+    return txn_key in key.split(b" ")
+
+
 def _decode(value: bytes) -> dict[str, Any] | None:
     """One of a known transaction's raw entries (the view kept it by its key)."""
     try:
@@ -573,11 +611,13 @@ def _decode(value: bytes) -> dict[str, Any] | None:
 
 
 def _fold(me: str, entries: list[dict[str, Any]]) -> tuple[txn.Txn | None, dict[str, Any] | None]:
+    """The transaction ``me`` from its entries (its prepare first), and its prepare."""
     if not entries or entries[0]["kind"] != "prepare":
         return None, None
-    for entry in entries:
-        entry["id"] = me
-    return txn.fold(entries).get(me), entries[0]
+    entries[0]["id"] = me
+    mine = [entries[0]]
+    mine.extend(e for e in (txn.concerning(entry, me) for entry in entries[1:]) if e is not None)
+    return txn.fold(mine).get(me), entries[0]
 
 
 # --- the records of a transaction ---------------------------------------------------------------

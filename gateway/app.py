@@ -495,6 +495,8 @@ async def metrics(gw: Gateway, _: Request, __: str) -> Response:
         gw.metrics.txn_lingering.set(1 if gw.transactions.log.lingering else 0)
         gw.metrics.txn_switches.set(gw.transactions.log.producer_switches)
         gw.metrics.txn_log_reads.set(gw.transactions.log.log_reads)
+        gw.metrics.txn_committed_entries.set(gw.transactions.log.committed_entries)
+        gw.metrics.txn_committed_transactions.set(gw.transactions.log.committed_transactions)
     return Response(200, generate_latest(gw.metrics.registry), content_type=CONTENT_TYPE_LATEST)
 
 

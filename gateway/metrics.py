@@ -52,6 +52,17 @@ class GatewayMetrics:
             " the log was read (prepared before this gateway started, evicted from the view, or the view behind).",
             registry=self.registry,
         )
+        self.txn_committed_entries = Gauge(
+            "ferry_gateway_txn_log_committed_entries",
+            "`committed` entries written to the transaction log since start; under load one holds several"
+            " transactions (ferry_gateway_txn_log_committed_transactions).",
+            registry=self.registry,
+        )
+        self.txn_committed_transactions = Gauge(
+            "ferry_gateway_txn_log_committed_transactions",
+            "Transactions whose `committed` those entries hold.",
+            registry=self.registry,
+        )
         self.replayed = Counter(
             "ferry_gateway_idempotent_replays",
             "Requests answered from an earlier one (Idempotency-Key).",

@@ -131,6 +131,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> int:
         left = await asyncio.to_thread(gw.producer.close)
         await asyncio.to_thread(gw.idempotency.close)
         if gw.transactions is not None:
+            gw.transactions.log.flush_committed()  # on the loop: it queues entries in the producer
             await asyncio.to_thread(gw.transactions.log.close)
         _log.info("gateway.stopped", unacknowledged=left)
     return 0

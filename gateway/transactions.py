@@ -126,9 +126,10 @@ class Transactions:
             return {"id": raw_id, "state": "committed", "results": state.results or []}
         results = await self._write(raw_id, list(prepare.get("records", ())))
         # Every record is acknowledged: the answer need not wait for `committed` to be. It is queued
-        # now (a graceful stop flushes it); if this gateway dies first, the back-check finishes the
-        # commit after its grace by writing the records again: the one place duplicates come from.
-        logged = self.log.append_soon(tid, {"kind": "committed", "results": results})
+        # now, or shares the next entry of its partition while one is in flight (a graceful stop
+        # flushes both); if this gateway dies first, the back-check finishes the commit after its
+        # grace by writing the records again: the one place duplicates come from.
+        logged = self.log.committed_soon(tid, results)
         self._logging.add(logged)
         logged.add_done_callback(self._committed_logged)
         return {"id": raw_id, "state": "committed", "results": results}

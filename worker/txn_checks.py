@@ -108,6 +108,10 @@ class CheckRunner:
 
     async def handle(self, entry: dict[str, Any]) -> None:
         """One log entry, in log order; returns when its offset may be committed."""
+        for each in txn.expand(entry):  # a `committed` entry may stand for several transactions
+            await self._handle(each)
+
+    async def _handle(self, entry: dict[str, Any]) -> None:
         txn_id = entry.get("id")
         if not isinstance(txn_id, str):
             return

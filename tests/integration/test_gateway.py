@@ -406,6 +406,8 @@ def test_transactions_over_http(gateway: ServiceProcess, kafka_bootstrap: str, t
         "ferry_gateway_txn_log_lingering": 0.0,
         "ferry_gateway_txn_log_switches": 0.0,
         "ferry_gateway_txn_log_reads": 1.0,
+        "ferry_gateway_txn_log_committed_entries": 1.0,
+        "ferry_gateway_txn_log_committed_transactions": 1.0,
     }, gauges
     assert misspelt.status_code == 400 and misspelt.json()["field"] == "timeout", misspelt.text
     assert committed.status_code == 200 and committed.json()["state"] == "committed"

@@ -247,3 +247,24 @@ async def test_a_log_switching_producers_under_load_loses_no_transaction(kafka_b
         log.close()
     written = read_all(kafka_bootstrap, topic_name, 2)
     assert sorted(h["ferry-transaction-id"].decode() for _, _, h in written) == sorted(ids)
+
+
+async def test_commits_at_once_share_committed_entries_every_replica_reads(
+    replicas, kafka_bootstrap: str, topic_name: str
+) -> None:  # type: ignore[no-untyped-def]
+    """Commits that come while their partition's ``committed`` entry is in flight share the next
+    one: fewer entries than transactions, and each transaction reads back committed with its own
+    results, from the other replica (its live view, or the log itself), nothing written twice."""
+    a, b = replicas
+    create_topic(kafka_bootstrap, topic_name, 2)
+    prepared = [await a.prepare(records_for(topic_name, 1 + i % 3), "http://127.0.0.1:1/c", 60_000) for i in range(60)]
+    answers = await asyncio.gather(*(a.commit(p["id"], any_topic) for p in prepared))
+    assert all(x["state"] == "committed" for x in answers)
+    await until_async(lambda: a.log.writes_outstanding == 0, 30, "the committed entries to be acknowledged")
+    assert a.log.committed_transactions == 60
+    assert a.log.committed_entries < 60, "commits at once should have shared entries"
+    for p, first in zip(prepared, answers, strict=True):
+        assert await b.commit(p["id"], any_topic) == first  # answered from the shared entry
+        assert (await b.get(p["id"], any_topic))["state"] == "committed"
+    written = read_all(kafka_bootstrap, topic_name, 2)
+    assert len(written) == sum(1 + i % 3 for i in range(60))  # none written again by the repeats

@@ -181,6 +181,56 @@ def test_committed_entries_of_the_old_shape_answer_written_at_an_unknown_positio
     assert t.committed_results(None) is None
 
 
+R1, R2, R3 = [{"partition": 0, "offset": 1}], [{"partition": 1, "offset": 5}], [{"partition": 0, "offset": 2}]
+SHARED = {"kind": "committed", "id": "tx1", "results": R1, "more": {"tx2": R2, "tx3": R3}, "ts": 9}
+
+
+@pytest.mark.parametrize(
+    ("entry", "expanded"),
+    [
+        (
+            SHARED,
+            [
+                {"kind": "committed", "id": "tx1", "results": R1, "ts": 9},
+                {"kind": "committed", "id": "tx2", "results": R2, "ts": 9},
+                {"kind": "committed", "id": "tx3", "results": R3, "ts": 9},
+            ],
+        ),
+        ({"kind": "committed", "id": "tx1", "results": R1}, [{"kind": "committed", "id": "tx1", "results": R1}]),
+        ({**SHARED, "more": {}}, [{**SHARED, "more": {}}]),  # nothing more: as it is
+        ({**SHARED, "more": "garbage"}, [{**SHARED, "more": "garbage"}]),  # its own part still counts
+        ({"kind": "commit", "id": "tx1", "more": {"tx2": R2}}, [{"kind": "commit", "id": "tx1", "more": {"tx2": R2}}]),
+    ],
+    ids=["shared", "alone", "empty more", "malformed more", "only committed is shared"],
+)
+def test_expand_a_shared_committed_entry(entry: dict[str, Any], expanded: list[dict[str, Any]]) -> None:
+    assert t.expand(entry) == expanded
+
+
+@pytest.mark.parametrize(
+    ("entry", "txn_id", "mine"),
+    [
+        (SHARED, "tx1", {"kind": "committed", "id": "tx1", "results": R1, "ts": 9}),
+        (SHARED, "tx3", {"kind": "committed", "id": "tx3", "results": R3, "ts": 9}),
+        (SHARED, "tx4", None),
+        ({"kind": "commit", "id": "tx2"}, "tx2", {"kind": "commit", "id": "tx2"}),
+        ({"kind": "commit", "id": "tx2"}, "tx1", None),
+        ({"kind": "prepare", "ts": 1}, "tx1", {"kind": "prepare", "ts": 1}),  # read back by its position
+    ],
+)
+def test_the_entry_as_it_concerns_one_transaction(entry: dict[str, Any], txn_id: str, mine: Any) -> None:
+    assert t.concerning(entry, txn_id) == mine
+
+
+def test_one_shared_committed_entry_ends_every_transaction_it_names() -> None:
+    log = [prepare(), {**prepare(), "id": "tx2"}, {**prepare(), "id": "tx3"}]
+    log += [e("commit"), {"kind": "commit", "id": "tx2"}, {"kind": "rollback", "id": "tx3"}, SHARED]
+    txns = t.fold(log)
+    assert (txns["tx1"].state, txns["tx1"].results) == ("committed", R1)
+    assert (txns["tx2"].state, txns["tx2"].results) == ("committed", R2)
+    assert txns["tx3"].state == "rolled_back"  # a rolled back one named by mistake stays rolled back
+
+
 @pytest.mark.parametrize(
     ("raw", "parsed"),
     [

@@ -79,9 +79,11 @@ def scenario(  # type: ignore[no-untyped-def]
     timeout_ms: int = 5_000,
     lag_s: float = 0.0,
     ask_s: float = 0.0,
+    shared_at: tuple[float, dict[str, Any]] | None = None,
     **kw: Any,
 ):
-    """Prepare at t=0; the producer's own verbs at the given times; run until the prepare is done."""
+    """Prepare at t=0; the producer's own verbs at the given times (and, at ``shared_at``, an entry
+    as it is in the log); run until the prepare is done."""
 
     async def main() -> tuple[World, float]:
         world = World(list(answers), lag_s=lag_s, ask_s=ask_s)
@@ -99,6 +101,9 @@ def scenario(  # type: ignore[no-untyped-def]
         for at, kind in producer:
             await asyncio.sleep(at - world.now())
             world.feed({"kind": kind, "id": ID, "ts": int(world.now() * 1000)})
+        if shared_at is not None:
+            await asyncio.sleep(shared_at[0] - world.now())
+            world.feed({**shared_at[1], "ts": int(world.now() * 1000)})
         await asyncio.wait_for(prepare, timeout=24 * 3600)
         done_at = world.now()
         await asyncio.gather(*world.tasks)
@@ -174,6 +179,15 @@ def test_a_commit_whose_writer_died_is_finished_after_the_grace() -> None:
     assert [t for t, _, _ in world.written] == [pytest.approx(31.0)] * 2
     assert world.kinds() == ["prepare", "commit", "committed"] and done == pytest.approx(31.0)
     assert world.runner is not None and world.runner.counters == Counters(committed=1, finished_after_crash=1)
+
+
+def test_a_committed_entry_shared_with_other_transactions_ends_the_commit() -> None:
+    # The gateway logged the decision, wrote the records, and logged `committed` in one entry with
+    # other transactions' (the first one named is another's): nothing is left to finish.
+    shared = {"kind": "committed", "id": "3.16.00000000000000bb", "results": [], "more": {ID: [{"partition": 0}] * 2}}
+    world, done = scenario([], producer=[(1.0, "commit")], grace_ms=30_000, shared_at=(1.2, shared))
+    assert world.asked_at == [] and world.written == [] and done == pytest.approx(1.2)
+    assert world.runner is not None and world.runner.counters == Counters(committed=1)
 
 
 def test_a_late_rollback_after_commit_changes_nothing() -> None:
