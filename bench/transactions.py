@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,7 +147,17 @@ def measured(
         r["broker_ms_per_op"] = 1000 * (cpu_seconds(broker.proc.pid) - broker0) / ops
         r["client_ms_per_op"] = 1000 * (time.process_time() - client0) / ops
         r["in_flight"] = level
+        r["per_committed_entry"] = per_committed_entry(port) if kind == "txn" else None
         return r
+
+
+def per_committed_entry(port: int) -> float:
+    """Transactions per ``committed`` entry the gateway wrote since it started (its /metrics)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    gauges = {line.split(" ")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line[:1] != "#"}
+    entries = gauges.get("ferry_gateway_txn_log_committed_entries", 0.0)
+    return gauges.get("ferry_gateway_txn_log_committed_transactions", 0.0) / entries if entries else float("nan")
 
 
 def main() -> None:
@@ -218,7 +229,7 @@ def main() -> None:
                 f"\n{per} record(s): a transaction costs {pr['ops'] / tx['ops']:.2f}x a plain produce in throughput, "
                 f"{tx['cpu_ms_per_op'] / pr['cpu_ms_per_op']:.2f}x in gateway CPU, "
                 f"{tx['broker_ms_per_op'] / pr['broker_ms_per_op']:.2f}x in broker CPU, "
-                f"{slower:.2f}x in p50 latency"
+                f"{slower:.2f}x in p50 latency; {tx['per_committed_entry']:.1f} transactions per `committed` entry"
             )
         print(f"goal: <= 3x for one record, >= 5,000 transactions/s; measured {by[('txn', 1)]['ops']:,.0f}/s")
         _results.save(

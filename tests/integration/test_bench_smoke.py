@@ -68,6 +68,8 @@ def test_transactions_bench_commits_every_transaction(tmp_path: Path) -> None:
     assert [(r[0], r[1]) for r in rows] == [("produce", "1"), ("txn", "1"), ("produce", "10"), ("txn", "10")]
     for r in rows:
         assert float(r[3].replace(",", "")) > 0 and r[-1] == "0", r  # operations/s, errors
+    shared = [line.rsplit("; ", 1)[1].split()[0] for line in lines if "per `committed` entry" in line]
+    assert len(shared) == 2 and all(float(n) >= 1.0 for n in shared), shared  # read from the gateway's /metrics
     doc = saved(tmp_path, "transactions")
     assert doc["command"] == "python3 -m bench.transactions --seconds 1 --concurrency 4"
     assert [row[0] for row in doc["rows"]] == ["1", "10"]
