@@ -170,7 +170,7 @@ class TxnTail:
             wait_s = self._wait_for(partition, need, wait_s)
             if not self._cond.wait_for(lambda: self.position.get(partition, 0) >= need, wait_s):
                 return None
-            return self._kept_up_to(txn_id, up_to)
+            return self._kept_up_to(txn_id, prepare_offset, up_to)
 
     def _wait_for(self, partition: int, need: int, wait_s: float) -> float:
         """How long a reader waits for the view to reach ``need``: :data:`PAST_END_WAIT_S` at most
@@ -183,11 +183,13 @@ class TxnTail:
         start = self.start.get(partition)
         return start is not None and prepare_offset >= start
 
-    def _kept_up_to(self, txn_id: str, up_to: int | None) -> list[bytes] | None:
-        """(Under the lock, once the view is past what the reader needs.) The entries kept."""
+    def _kept_up_to(self, txn_id: str, prepare_offset: int, up_to: int | None) -> list[bytes] | None:
+        """(Under the lock, once the view is past what the reader needs.) The entries kept, the
+        prepare first; None when the prepare is not among them: evicted (it was read, the view is
+        past it), and what is kept came after that."""
         kept = self._kept.get(txn_id)
-        if kept is None:
-            return None  # evicted (it was read: the view is past its prepare)
+        if kept is None or kept[0][0] != prepare_offset:
+            return None
         return [v for o, v in kept if up_to is None or o <= up_to]
 
     def end_of(self, partition: int) -> int | None:
@@ -224,7 +226,7 @@ class TxnTail:
                     self._waiters = [w for w in self._waiters if w[3] is not fut]
                 return None
         with self._cond:
-            return self._kept_up_to(txn_id, up_to)
+            return self._kept_up_to(txn_id, prepare_offset, up_to)
 
 
 def _resolve_all(futures: list[asyncio.Future[None]]) -> None:

@@ -130,6 +130,11 @@ def test_the_live_view_answers_for_what_it_saw_and_defers_the_rest(
         assert tail.entries(first.partition, first.offset, str(first), None, wait_s=10) is None
         state, _ = viewer.read(first, recent=True)
         assert state is not None and state.state == "prepared"
+        # A later entry of an evicted transaction is kept without its prepare: still deferred.
+        at = plain.append(first, {"kind": "rollback", "reason": "producer"})
+        assert tail.entries(first.partition, first.offset, str(first), at, wait_s=10) is None
+        state, _ = viewer.read(first, up_to=at)
+        assert state is not None and state.state == "rolled_back"
     finally:
         viewer.close()
         plain.close()
