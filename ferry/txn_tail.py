@@ -61,7 +61,8 @@ class TxnTail:
         """Per partition, the next offset the view will read: it holds everything below."""
         self.end: dict[int, int] = {}
         """Per partition, its end (high watermark) as the view's latest fetch saw it."""
-        self._kept: OrderedDict[str, list[tuple[int, bytes]]] = OrderedDict()
+        # id → [(offset, entry, its bytes here)]: a shared entry's bytes are split among its ids
+        self._kept: OrderedDict[str, list[tuple[int, bytes, int]]] = OrderedDict()
         # Async readers waiting for a partition to pass an offset: (partition, need, loop, future).
         self._waiters: list[tuple[int, int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self._bytes = 0
@@ -115,22 +116,23 @@ class TxnTail:
         # id; a `committed` entry shared by several transactions by all their ids (ferry.txn_committed).
         text = key.decode("ascii", "replace")
         if " " in text:
-            for txn_id in text.split(" "):
-                self._keep(txn_id, offset, value)
+            ids = text.split(" ")
+            for txn_id in ids:
+                self._keep(txn_id, offset, value, len(value) // len(ids) + 1)
         else:
-            self._keep(text if "." in text else f"{p}.{offset}.{text}", offset, value)
+            self._keep(text if "." in text else f"{p}.{offset}.{text}", offset, value, len(value))
 
-    def _keep(self, txn_id: str, offset: int, value: bytes) -> None:
+    def _keep(self, txn_id: str, offset: int, value: bytes, size: int) -> None:
         kept = self._kept.get(txn_id)
         if kept is None:
             kept = self._kept[txn_id] = []
-        kept.append((offset, value))
-        self._bytes += len(value)  # a shared entry once per transaction, as eviction takes it back
+        kept.append((offset, value, size))
+        self._bytes += size
 
     def _evict(self) -> None:
         while self._kept and (len(self._kept) > MAX_TRANSACTIONS or self._bytes > MAX_BYTES):
             _, entries = self._kept.popitem(last=False)
-            self._bytes -= sum(len(v) for _, v in entries)
+            self._bytes -= sum(size for _, _, size in entries)
 
     def _wake_waiters(self) -> None:
         """(Under the lock.) Resolve the async readers whose partition passed their offset."""
@@ -190,7 +192,7 @@ class TxnTail:
         kept = self._kept.get(txn_id)
         if kept is None or kept[0][0] != prepare_offset:
             return None
-        return [v for o, v in kept if up_to is None or o <= up_to]
+        return [v for o, v, _ in kept if up_to is None or o <= up_to]
 
     def end_of(self, partition: int) -> int | None:
         """The partition's end as the view's latest fetch saw it (None: not known yet). Never past

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 
 import pytest
 
@@ -252,19 +253,40 @@ async def test_a_log_switching_producers_under_load_loses_no_transaction(kafka_b
 async def test_commits_at_once_share_committed_entries_every_replica_reads(
     replicas, kafka_bootstrap: str, topic_name: str
 ) -> None:  # type: ignore[no-untyped-def]
-    """Commits that come while their partition's ``committed`` entry is in flight share the next
-    one: fewer entries than transactions, and each transaction reads back committed with its own
-    results, from the other replica (its live view, or the log itself), nothing written twice."""
+    """Commits that finish while their partition's ``committed`` entry is in flight share the next
+    one, and each transaction reads back committed with its own results from the other replica
+    (its live view, or the log itself), nothing written twice. The commits are done step by step as
+    ``Transactions.commit`` does them, their ``committed`` logged in one go: the first entry goes
+    alone, the others wait for it and share the next."""
     a, b = replicas
     create_topic(kafka_bootstrap, topic_name, 2)
-    prepared = [await a.prepare(records_for(topic_name, 1 + i % 3), "http://127.0.0.1:1/c", 60_000) for i in range(60)]
-    answers = await asyncio.gather(*(a.commit(p["id"], any_topic) for p in prepared))
-    assert all(x["state"] == "committed" for x in answers)
-    await until_async(lambda: a.log.writes_outstanding == 0, 30, "the committed entries to be acknowledged")
-    assert a.log.committed_transactions == 60
-    assert a.log.committed_entries < 60, "commits at once should have shared entries"
-    for p, first in zip(prepared, answers, strict=True):
-        assert await b.commit(p["id"], any_topic) == first  # answered from the shared entry
-        assert (await b.get(p["id"], any_topic))["state"] == "committed"
+    for replica in replicas:  # as a gateway does before it listens: its view reads all that follows
+        replica.log.ensure()
+        assert replica.log.view_started(10)
+    ids, answers = [], []
+    for i in range(40):
+        prepared = await a.prepare(records_for(topic_name, 1 + i % 3), "http://127.0.0.1:1/c", 60_000)
+        tid = parse_id(prepared["id"])
+        assert tid is not None
+        state, prepare = await a.log.decide_async(tid, {"kind": "commit", "by": "producer", "eid": f"e{i}"})
+        assert state is not None and state.state == "committing" and prepare is not None
+        ids.append(tid)
+        answers.append(await a.log.write_records_async(str(tid), list(prepare["records"])))
+    offsets = await asyncio.gather(*(a.log.committed_soon(t, r) for t, r in zip(ids, answers, strict=True)))
+    per_partition = Counter(tid.partition for tid in ids)  # each: its first alone, then the rest in one
+    assert a.log.committed_transactions == 40
+    assert a.log.committed_entries == sum(min(n, 2) for n in per_partition.values()) < 40
+    assert len({(tid.partition, at) for tid, at in zip(ids, offsets, strict=True)}) == a.log.committed_entries
+    for tid, results in zip(ids, answers, strict=True):
+        expected = {"id": str(tid), "state": "committed", "results": results}
+        seen, _ = await b.log.read_async(tid, recent=True)  # what the live view holds, when there is one
+        assert seen is not None and (seen.state, seen.results) == ("committed", results)
+        assert await b.commit(str(tid), any_topic) == expected  # answered from the shared entry
+        assert b.log.log_reads == 0  # the view could answer for every one
+        assert (await b.get(str(tid), any_topic))["state"] == "committed"
     written = read_all(kafka_bootstrap, topic_name, 2)
-    assert len(written) == sum(1 + i % 3 for i in range(60))  # none written again by the repeats
+    assert len(written) == sum(1 + i % 3 for i in range(40))  # none written again by the repeats
+    view = a.log._tail
+    if view is not None:  # it counts a shared entry's bytes once against its bound, not once per id
+        logged = sum(len(value or b"") for _, value, _ in read_all(kafka_bootstrap, f"{topic_name}-txn", 9))
+        assert 0 < view._bytes <= logged + 40, (view._bytes, logged)
