@@ -10,6 +10,7 @@ import contextlib
 import time
 from collections import Counter
 
+import orjson
 import pytest
 
 from ferry import kafka, txn
@@ -290,3 +291,23 @@ async def test_commits_at_once_share_committed_entries_every_replica_reads(
     if view is not None:  # it counts a shared entry's bytes once against its bound, not once per id
         logged = sum(len(value or b"") for _, value, _ in read_all(kafka_bootstrap, f"{topic_name}-txn", 9))
         assert 0 < view._bytes <= logged + 40, (view._bytes, logged)
+
+
+async def test_a_graceful_stop_writes_the_committed_entries_still_waiting(
+    kafka_bootstrap: str, topic_name: str
+) -> None:
+    """As the gateway stops: ``flush_committed``, then ``close``. The entries waiting behind the one
+    in flight are written too. (``close`` runs on the loop here, blocking it, so that no
+    acknowledgement can send them in between: the gateway closes in a thread.)"""
+    cfg = {"bootstrap.servers": kafka_bootstrap}
+    log = TxnLog(cfg, topic=f"{topic_name}-txn", sticky_ms=600_000)
+    log.ensure()
+    tids = [await log.prepare_async({"records": [], "check_url": "http://x/c", "timeout_ms": 60_000}) for _ in range(5)]
+    for tid in tids:
+        log.committed_soon(tid, [])
+    assert log._committed.waiting == 4  # behind the first
+    log.flush_committed()
+    log.close()
+    logged = [orjson.loads(v) for _, v, _ in read_all(kafka_bootstrap, f"{topic_name}-txn", 9) if v]
+    committed = [e for entry in logged if entry["kind"] == "committed" for e in txn.expand(entry)]
+    assert sorted(e["id"] for e in committed) == sorted(map(str, tids))
