@@ -595,7 +595,8 @@ class TxnLog:
 
 
 def _shared_by(key: bytes | None, txn_key: bytes) -> bool:
-    """Whether an entry's key names the transaction among others (a shared ``committed`` entry)."""
+    """Whether an entry's key names the transaction, alone or among others (a shared ``committed``
+    entry): as one of its space-separated ids, not as a part of one."""
     if not key or txn_key not in key:
         return False
     return txn_key in key.split(b" ")

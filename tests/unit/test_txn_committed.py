@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from ferry import txn
+from ferry import txn, txnlog
 from ferry.txn_committed import CommittedWriter
 
 
@@ -113,7 +113,8 @@ async def test_a_refused_send_is_each_transactions_error_not_the_callers() -> No
     logged = writer.add(0, "t1", results(1))
     with pytest.raises(ValueError, match="too large"):
         await logged
-    assert writer.waiting == 0 and writer.add(0, "t2", results(1)).done()  # nothing left in flight
+    again = writer.add(0, "t2", results(1))  # nothing was left in flight: it is sent (and refused) at once
+    assert writer.waiting == 0 and again.done() and isinstance(again.exception(), ValueError)
 
 
 async def test_flush_sends_what_waits_without_waiting_for_the_entry_in_flight() -> None:
@@ -138,3 +139,18 @@ async def test_a_cancelled_entry_cancels_its_transactions() -> None:
     log.sent[0][3].cancel()
     await settled()
     assert logged.cancelled()
+
+
+@pytest.mark.parametrize(
+    ("key", "shared"),
+    [
+        (b"1.5.aa 1.6.bb 1.7.cc", True),
+        (b"1.6.bb", True),  # its own key names it too (the read takes it as its own first)
+        (b"11.6.bb 1.7.cc", False),  # the id only as a part of another
+        (b"1.6.bbb 1.7.cc", False),
+        (None, False),
+        (b"", False),
+    ],
+)
+def test_a_log_read_finds_a_transaction_in_a_shared_key_by_whole_ids(key: bytes | None, shared: bool) -> None:
+    assert txnlog._shared_by(key, b"1.6.bb") is shared
