@@ -340,12 +340,6 @@ class TxnLog:
         before = await self._entries_async(txn_id, at - 1)
         return _fold(me, [*before, stored])
 
-    def append_soon(self, txn_id: TxnId, entry: Mapping[str, Any]) -> asyncio.Future[int]:
-        """:meth:`append_async` for a caller that need not wait: the entry is queued in the producer
-        before this returns (a graceful close flushes it), and the future gives its offset (or
-        :class:`TxnLogError`)."""
-        return self._soon(txn_id.partition, str(txn_id).encode(), {**entry, "id": str(txn_id)})
-
     def committed_soon(self, txn_id: TxnId, results: list[dict[str, Any]]) -> asyncio.Future[int]:
         """(On the loop.) Log that ``txn_id`` is committed with ``results``, in one entry with the
         other transactions of its partition committed while the previous such entry was in flight
@@ -359,6 +353,9 @@ class TxnLog:
         self._committed.flush()
 
     def _soon(self, partition: int, key: bytes, entry: Mapping[str, Any]) -> asyncio.Future[int]:
+        """Queue an entry for a caller that need not wait (the ``committed`` writer's port): it is
+        in the producer when this returns (a graceful close flushes it), and the future gives its
+        offset (or :class:`TxnLogError`)."""
         acked, size = self._queue(partition, key, entry)
         logged: asyncio.Future[int] = acked.get_loop().create_future()
 
