@@ -163,8 +163,8 @@ def expand(entry: dict[str, Any]) -> list[dict[str, Any]]:
     """The entries one log entry stands for, one per transaction: a ``committed`` entry may carry,
     beside its own transaction's results, those of other transactions of its partition committed
     at the same time (``more``: id → results), so that one write logs them all."""
-    more = entry.get("more") if entry.get("kind") == "committed" else None
-    if not isinstance(more, dict) or not more:
+    more = _more(entry)
+    if not more:
         return [entry]
     out = [{k: v for k, v in entry.items() if k != "more"}]
     out.extend(_committed(txn_id, results, entry) for txn_id, results in more.items() if isinstance(txn_id, str))
@@ -178,10 +178,16 @@ def concerning(entry: dict[str, Any], txn_id: str) -> dict[str, Any] | None:
     own = entry.get("id", txn_id)
     if own == txn_id:
         return entry if "more" not in entry else expand(entry)[0]
-    more = entry.get("more") if entry.get("kind") == "committed" else None
-    if isinstance(more, dict) and txn_id in more:
+    more = _more(entry)
+    if more is not None and txn_id in more:
         return _committed(txn_id, more[txn_id], entry)
     return None
+
+
+def _more(entry: dict[str, Any]) -> dict[str, Any] | None:
+    """The other transactions' results a shared ``committed`` entry holds (id → results), or None."""
+    more = entry.get("more") if entry.get("kind") == "committed" else None
+    return more if isinstance(more, dict) else None
 
 
 def _committed(txn_id: str, results: Any, shared: dict[str, Any]) -> dict[str, Any]:
