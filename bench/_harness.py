@@ -39,6 +39,15 @@ def http(method: str, url: str) -> dict[str, Any]:
         return json.load(r)  # type: ignore[no-any-return]
 
 
+def metrics(port: int, timeout_s: float = 10.0) -> dict[str, float]:
+    """A Ferry process's ``/metrics`` as {sample, with its labels as written: value}, e.g.
+    ``ferry_internal{figure="delay_moved"}`` → 12.0."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout_s) as r:
+        text = r.read().decode()
+    samples = (line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    return {name: float(value) for name, value in samples}
+
+
 def steady_rate(stats: dict[str, Any], n: int) -> float:
     """Records/s as the endpoint saw them, first to last receipt: excludes process start-up (the
     worker's imports, connections and restores), which a whole-run figure would charge to it."""

@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 import ferry.worker.batch as batch_module
 from bench import _results
-from bench._harness import TICK, Stack, cpu_seconds, http, rss_mb, steady_rate
+from bench._harness import TICK, Stack, cpu_seconds, http, metrics, rss_mb, steady_rate
 from bench.delivery import PROFILE_DIR
 from ferry.devstack import embedded
 
@@ -197,11 +196,10 @@ def fetch_gates(port: int) -> str:
     """How often the worker's partitions held, paused (librdkafka then fetches again what it had
     queued for them) and opened again, from its metrics."""
     counts: dict[str, float] = {}
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        for line in r.read().decode().splitlines():
-            if line.startswith("ferry_fetch_gates_total{"):
-                gate = line.split('gate="', 1)[1].split('"', 1)[0]
-                counts[gate] = counts.get(gate, 0) + float(line.rsplit(" ", 1)[1])
+    for sample, value in metrics(port, 5).items():
+        if sample.startswith("ferry_fetch_gates_total{"):
+            gate = sample.split('gate="', 1)[1].split('"', 1)[0]
+            counts[gate] = counts.get(gate, 0) + value
     return ", ".join(f"{g} {int(counts.get(g, 0))}" for g in ("held", "paused", "open"))
 
 

@@ -22,20 +22,18 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from confluent_kafka import Message
 
 from bench import _results
-from bench._harness import cpu_seconds, pythonpath, rss_mb
+from bench._harness import cpu_seconds, metrics, pythonpath, rss_mb
 from ferry import delay, kafka
 from ferry.devstack import embedded
 
@@ -93,10 +91,7 @@ def arrivals(bootstrap: str, target: str, want: int, deadline_s: float) -> dict[
 
 def moved(metrics_port: int) -> int:
     """Records the worker's delay store wrote to a level topic so far (its /metrics)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    m = re.search(r'^ferry_internal\{figure="delay_moved"\} (\S+)$', text, re.MULTILINE)
-    return int(float(m.group(1))) if m else 0
+    return int(metrics(metrics_port).get('ferry_internal{figure="delay_moved"}', 0))
 
 
 def lateness_row(name: str, due: dict[bytes, int], got: dict[bytes, int], extra: str) -> list[str]:

@@ -32,7 +32,6 @@ import statistics
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -41,7 +40,7 @@ import orjson
 import uvloop
 
 from bench import _results
-from bench._harness import cpu_seconds, fresh_broker, pythonpath
+from bench._harness import cpu_seconds, fresh_broker, metrics, pythonpath
 from bench._raw_http import Connection
 from ferry.devstack import embedded
 
@@ -153,9 +152,7 @@ def measured(
 
 def per_committed_entry(port: int) -> float:
     """Transactions per ``committed`` entry the gateway wrote since it started (its /metrics)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    gauges = {line.split(" ")[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line[:1] != "#"}
+    gauges = metrics(port)
     entries = gauges.get("ferry_gateway_txn_log_committed_entries", 0.0)
     return gauges.get("ferry_gateway_txn_log_committed_transactions", 0.0) / entries if entries else float("nan")
 
